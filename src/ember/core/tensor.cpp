@@ -1,0 +1,14 @@
+#include "ember/core/tensor.h"
+
+namespace ember {
+
+std::string shape_to_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace ember

@@ -1,0 +1,74 @@
+// CPU kernels behind the backend interface. Activations are float32; weights are in any DType.
+// Every kernel here has a plain scalar reference (kernels_reference.h) it is tested against.
+// Optimised paths are chosen at run time from CPUID (AVX-512 / AVX2 / scalar); EMBER_ISA=scalar|
+// avx2|avx512 forces one (a forced ISA the CPU lacks falls back to the best available with a
+// warning).
+//
+// Determinism contract (the KV-cache test depends on it): each output element's value depends only
+// on its own inputs, never on T, on which row range a call covers, or on the thread that runs it.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/core/dtype.h"
+
+namespace ember::cpu {
+
+enum class Isa : uint8_t { Scalar, Avx2, Avx512 };
+const char* isa_name(Isa isa);
+Isa active_isa();                 // what the dispatcher uses now
+void force_isa(Isa isa);          // for tests and the EMBER_ISA variable
+
+// A weight matrix W [n_rows, n_cols] in `dtype`, row-major, each row `row_bytes` apart.
+struct WeightMatrix {
+  DType dtype = DType::F32;
+  const void* data = nullptr;
+  int64_t n_rows = 0;  // output features N
+  int64_t n_cols = 0;  // input features K
+  int64_t row_bytes = 0;
+};
+
+// y[t, n] = sum_k x[t, k] * W[n, k] for t in [0, T), n in [row_begin, row_end).
+// x: [T, K] f32, leading dimension K; y: [T, N] f32, leading dimension ldy (>= N).
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+            int64_t row_begin, int64_t row_end);
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, x/y: [T, D] (may alias).
+void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps);
+
+// Rotary embedding, HF half-rotation layout: within each head, element i pairs with i + rope_dim/2
+// for i < rope_dim/2; angle = position * inv_freq[i]. x: [T, n_heads, head_dim] in place.
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+          const int32_t* positions, const float* inv_freq);
+
+// x[i] = exp(x[i] - max) / sum, in place.
+void softmax(float* x, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// y[i] += x[i].
+void add_inplace(float* y, const float* x, int64_t n);
+
+// Row `row` of an embedding table in any dtype, converted to f32 into out[0, n_cols).
+void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
+
+// Paged KV cache as attention reads it: per layer, a pool of blocks, each holding block_size
+// tokens x n_kv_heads x head_dim floats for K (and likewise V):
+//   k_pool[((block * block_size + slot) * n_kv_heads + kv_head) * head_dim + d]
+struct PagedKv {
+  const float* k_pool = nullptr;
+  const float* v_pool = nullptr;
+  int64_t block_size = 16;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Causal attention of one query token over context positions [0, ctx_len) of its sequence, read
+// through `block_table` (block_table[p / block_size] holds position p). q: [n_heads, head_dim];
+// out: [n_heads, head_dim]. Query head h uses kv head h / (n_heads / n_kv_heads) (GQA). Streams
+// K/V blocks with an online softmax; `scale` is usually 1/sqrt(head_dim).
+void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+               int64_t ctx_len, float scale, float* out);
+
+}  // namespace ember::cpu

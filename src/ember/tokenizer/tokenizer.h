@@ -1,0 +1,44 @@
+// Text <-> token ids. Implementations: SentencePiece-style BPE (GGUF `llama` vocab, llama2.c
+// tokenizer.bin); byte-level BPE comes later behind the same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ember {
+
+class GgufFile;
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Encodes `text`; prepends BOS when `add_bos`. Invalid UTF-8 never crashes (bytes are encoded
+  // through byte fallback or replaced with U+FFFD).
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
+  // Raw bytes this token stands for (SPM: '▁' -> ' ', <0xNN> -> the byte; control tokens -> "").
+  virtual std::string token_bytes(int32_t id) const = 0;
+  // The vocabulary entry as stored (for `ember tokenize` / inspect).
+  virtual const std::string& piece(int32_t id) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;
+  virtual int32_t eos_id() const = 0;  // -1 when none
+  virtual bool add_bos_default() const { return true; }
+
+  // Decodes a whole sequence, applying the SentencePiece rule that the space a leading '▁' stands
+  // for is dropped on the first token after BOS.
+  std::string decode(const std::vector<int32_t>& ids) const;
+};
+
+// Loads the tokenizer embedded in a GGUF file (tokenizer.ggml.model = "llama": tokens, scores,
+// token_type, bos/eos ids, add_bos_token, add_space_prefix). Throws ember::Error naming the
+// file and key on missing/malformed metadata or an unsupported tokenizer model.
+std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& gguf);
+// Loads a llama2.c tokenizer.bin (int32 max_token_length, then per token: float32 score, int32
+// length, bytes). `vocab_size` comes from the checkpoint header. BOS = 1, EOS = 2.
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int32_t vocab_size);
+
+}  // namespace ember

@@ -1,0 +1,57 @@
+// Shared helpers for tests: where the fixtures are, where to write scratch files, running the CLI.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace ember::test {
+
+// ../shared beside the repo, or $EMBER_FIXTURES.
+inline std::filesystem::path fixtures_dir() {
+  if (const char* env = std::getenv("EMBER_FIXTURES"); env != nullptr && *env != '\0') return env;
+  return EMBER_DEFAULT_FIXTURES;
+}
+
+inline std::filesystem::path fixture(const std::string& relative) { return fixtures_dir() / relative; }
+
+// Skips the calling test with a clear message when a fixture is absent (never a silent pass).
+#define EMBER_REQUIRE_FIXTURE(path)                                                          \
+  do {                                                                                       \
+    if (!std::filesystem::exists(path))                                                      \
+      GTEST_SKIP() << "fixture not found: " << (path)                                        \
+                   << " (set EMBER_FIXTURES to the shared fixtures directory)";              \
+  } while (0)
+
+// A fresh scratch directory for one test, under the system temp dir.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("ember-test-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline std::string ember_binary() { return EMBER_BINARY; }
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `args` (already shell-quoted) through the ember binary, capturing stdout and stderr.
+CommandResult run_ember(const std::string& args);
+
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "'\\''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+}  // namespace ember::test
