@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -82,6 +83,7 @@ class GgufFile {
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<GgufTensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> tensor_index_;  // name -> index into tensors_
 };
 
 // Name of a ggml tensor type id ("F32", "Q4_K", ...) or "type N" when unknown.

@@ -27,6 +27,9 @@ class Tokenizer {
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;  // -1 when none
   virtual bool add_bos_default() const { return true; }
+  // Whether decode() drops the space of a leading '▁' on the first token after BOS (SentencePiece
+  // with add_space_prefix); byte-level BPE vocabularies override this to false.
+  virtual bool strip_space_after_bos() const { return true; }
 
   // Decodes a whole sequence, applying the SentencePiece rule that the space a leading '▁' stands
   // for is dropped on the first token after BOS.

@@ -1,0 +1,112 @@
+// CPU kernel micro-benchmarks at SmolLM2-135M shapes (d_model 576, d_ffn 1536, vocab 49152,
+// 9 heads / 3 kv heads, head_dim 64), single-threaded, on the ISA the dispatcher picks (set
+// EMBER_ISA=scalar|avx2 to compare).
+//
+// matmul reports weight bytes/s (the decode bound: T = 1 reads every weight once) and FLOP/s
+// (2 * T * N * K; the prefill bound at T = 64). attention reports K/V bytes/s at ctx 512.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "ember/core/dtype.h"
+#include "ember/kernels/cpu/kernels.h"
+#include "ember/kernels/cpu/quantize.h"
+
+namespace {
+
+using ember::DType;
+namespace cpu = ember::cpu;
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// args: dtype, K, N, T.
+void BM_Matmul(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t K = state.range(1), N = state.range(2), T = state.range(3);
+  const int64_t row_bytes = ember::dtype_row_bytes(dtype, K);
+  std::vector<uint8_t> w(static_cast<size_t>(row_bytes * N));
+  {
+    const auto row = random_floats(K, 1);  // one row repeated: contents do not matter for speed
+    for (int64_t n = 0; n < N; ++n) cpu::convert_row(row.data(), dtype, &w[n * row_bytes], K);
+  }
+  const cpu::WeightMatrix wm{dtype, w.data(), N, K, row_bytes};
+  const auto x = random_floats(T * K, 2);
+  std::vector<float> y(static_cast<size_t>(T * N));
+  for (auto _ : state) {
+    cpu::matmul(x.data(), T, wm, y.data(), N, 0, N);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["bytes/s"] =
+      benchmark::Counter(iters * static_cast<double>(row_bytes * N), benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(iters * 2.0 * static_cast<double>(T * N * K), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(ember::dtype_name(dtype)) + " " + cpu::isa_name(cpu::active_isa()));
+}
+
+void MatmulArgs(benchmark::internal::Benchmark* b) {
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    for (auto [K, N] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {576, 49152}}) {
+      for (int64_t T : {1, 64}) b->Args({static_cast<int64_t>(d), K, N, T});
+    }
+  }
+  b->ArgNames({"dtype", "K", "N", "T"});
+}
+BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond);
+
+// One decode token of SmolLM2 attention over a 512-token context in shuffled 16-token blocks.
+void BM_Attention(benchmark::State& state) {
+  const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
+  const int64_t n_blocks = (ctx + bs - 1) / bs;
+  const auto k = random_floats(n_blocks * bs * n_kv * hd, 3);
+  const auto v = random_floats(n_blocks * bs * n_kv * hd, 4);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(5));
+  const cpu::PagedKv kv{k.data(), v.data(), bs, n_kv, hd};
+  const auto q = random_floats(n_heads * hd, 6);
+  std::vector<float> out(static_cast<size_t>(n_heads * hd));
+  for (auto _ : state) {
+    cpu::attention(q.data(), n_heads, kv, table.data(), ctx, 0.125f, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * ctx * n_kv * hd * 4,
+                         benchmark::Counter::kIsRate);
+  state.SetLabel(cpu::isa_name(cpu::active_isa()));
+}
+BENCHMARK(BM_Attention)->Arg(512)->Unit(benchmark::kMicrosecond);
+
+// The elementwise kernels of one layer at T = 64 tokens.
+void BM_RmsnormRopeSilu(benchmark::State& state) {
+  const int64_t T = 64, D = 576, F = 1536;
+  auto x = random_floats(T * D, 7);
+  const auto w = random_floats(D, 8);
+  const auto g = random_floats(T * F, 9), u = random_floats(T * F, 10);
+  std::vector<float> y(x.size()), h(g.size());
+  std::vector<int32_t> pos(T);
+  std::iota(pos.begin(), pos.end(), 100);
+  std::vector<float> inv_freq(32);
+  for (int i = 0; i < 32; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / 64.0f);
+  for (auto _ : state) {
+    cpu::rmsnorm(x.data(), w.data(), y.data(), T, D, 1e-5f);
+    cpu::rope(y.data(), T, 9, 64, 64, pos.data(), inv_freq.data());
+    cpu::silu_mul(g.data(), u.data(), h.data(), T * F);
+    benchmark::DoNotOptimize(h.data());
+  }
+  state.SetLabel(cpu::isa_name(cpu::active_isa()));
+}
+BENCHMARK(BM_RmsnormRopeSilu)->Unit(benchmark::kMicrosecond);
+
+}  // namespace

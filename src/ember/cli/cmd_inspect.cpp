@@ -1,0 +1,175 @@
+// `ember inspect`: headers only — tensor table, architecture numbers, parameter counts per
+// component, KV-cache bytes per token and for --ctx N x --batch B. No weight is read.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "ember/cli/commands.h"
+#include "ember/core/error.h"
+#include "ember/formats/gguf.h"
+#include "ember/model/checkpoint.h"
+#include "ember/model/tensor_names.h"
+
+namespace ember::cli {
+
+namespace {
+
+struct InspectOptions {
+  ModelOptions model;
+  int64_t ctx = 0;
+  int64_t batch = 1;
+  bool json = false;
+  bool metadata = false;
+};
+
+struct TensorRow {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;
+  int64_t numel = 0;
+  TensorComponent component = TensorComponent::Other;
+};
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > (v < 0 ? 1 : 0); i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+int inspect_command(const InspectOptions& o) {
+  CheckpointOptions copts;
+  copts.tokenizer_path = o.model.tokenizer;
+  std::string path = o.model.model.empty() ? default_model_path() : o.model.model;
+  // Headers only: a config without weight files is described as --dummy would build it.
+  namespace fs = std::filesystem;
+  bool has_weights = !fs::is_directory(path) || fs::exists(fs::path(path) / "model.safetensors") ||
+                     fs::exists(fs::path(path) / "model.safetensors.index.json");
+  copts.dummy = o.model.dummy || !has_weights || fs::path(path).extension() == ".json";
+  Checkpoint ckpt = open_checkpoint(path, copts);
+  const ModelConfig& c = ckpt.config;
+
+  std::vector<TensorRow> rows;
+  if (ckpt.format == CheckpointFormat::ConfigOnly) {
+    auto dtype = o.model.parsed_dtype();
+    std::string dname = dtype ? dtype_name(*dtype)
+                        : ckpt.torch_dtype == "float32" ? "f32"
+                        : ckpt.torch_dtype == "float16" ? "f16" : "bf16";
+    for (const auto& e : expected_tensors(c)) {
+      TensorRow r{e.name, e.shape, e.is_matrix ? dname : "f32", 1, classify_tensor(e.name)};
+      for (int64_t d : e.shape) r.numel *= d;
+      rows.push_back(r);
+    }
+  } else {
+    for (const auto& t : ckpt.all_tensors) {
+      rows.push_back({t.stored_name, t.view.shape, dtype_name(t.view.dtype), t.view.numel(),
+                      classify_tensor(t.stored_name)});
+    }
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const TensorRow& a, const TensorRow& b) { return natural_less(a.name, b.name); });
+
+  std::map<std::string, int64_t> params;
+  int64_t total = 0;
+  for (const auto& r : rows) {
+    params[component_name(r.component)] += r.numel;
+    total += r.numel;
+  }
+  const int64_t ctx = o.ctx > 0 ? o.ctx : c.max_position_embeddings;
+  // K and V, every layer: L x 2 x n_kv x head_dim elements per token.
+  const int64_t kv_elems = c.n_layers * 2 * c.n_kv_heads * c.head_dim;
+  std::map<std::string, int64_t> kv_per_token = {
+      {"f32", kv_elems * 4}, {"f16", kv_elems * 2}, {"bf16", kv_elems * 2}};
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["path"] = ckpt.path;
+    j["format"] = format_name(ckpt.format);
+    j["architecture"] = {{"arch", c.architecture},       {"d_model", c.d_model},
+                         {"d_ffn", c.d_ffn},             {"n_layers", c.n_layers},
+                         {"n_heads", c.n_heads},         {"n_kv_heads", c.n_kv_heads},
+                         {"head_dim", c.head_dim},       {"vocab_size", c.vocab_size},
+                         {"rope_theta", c.rope_theta},   {"rms_norm_eps", c.rms_norm_eps},
+                         {"max_position_embeddings", c.max_position_embeddings},
+                         {"tie_word_embeddings", c.tie_word_embeddings},
+                         {"attention_bias", c.attention_bias}};
+    nlohmann::ordered_json p;
+    for (const char* k : {"embeddings", "attention", "mlp", "norms", "lm_head", "other"}) {
+      p[k] = params.count(k) ? params[k] : 0;
+    }
+    p["total"] = total;
+    j["parameters"] = p;
+    j["kv_cache"] = {{"bytes_per_token", kv_per_token},
+                     {"ctx", ctx},
+                     {"batch", o.batch},
+                     {"bytes_for_ctx_batch",
+                      {{"f32", kv_per_token["f32"] * ctx * o.batch},
+                       {"f16", kv_per_token["f16"] * ctx * o.batch},
+                       {"bf16", kv_per_token["bf16"] * ctx * o.batch}}},
+                     {"ember_cache_dtype", "f32"}};
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+    for (const auto& r : rows) {
+      tensors.push_back({{"name", r.name}, {"shape", r.shape}, {"dtype", r.dtype}, {"numel", r.numel}});
+    }
+    j["tensors"] = tensors;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  std::printf("model:    %s\nformat:   %s%s\n", ckpt.path.c_str(), format_name(ckpt.format),
+              ckpt.format == CheckpointFormat::ConfigOnly ? " (--dummy: tensors implied by the config)" : "");
+  if (ckpt.gguf) std::printf("gguf:     v%u, %zu metadata keys\n", ckpt.gguf->version(), ckpt.gguf->metadata().size());
+  std::printf("\n%-48s %-22s %-6s %14s\n", "tensor", "shape", "dtype", "elements");
+  for (const auto& r : rows) {
+    std::printf("%-48s %-22s %-6s %14s\n", r.name.c_str(), shape_to_string(r.shape).c_str(),
+                r.dtype.c_str(), with_commas(r.numel).c_str());
+  }
+  std::printf("\narchitecture: %s\n", c.architecture.c_str());
+  std::printf("  d_model %lld, d_ffn %lld, layers %lld, heads %lld, kv heads %lld, head_dim %lld\n",
+              (long long)c.d_model, (long long)c.d_ffn, (long long)c.n_layers, (long long)c.n_heads,
+              (long long)c.n_kv_heads, (long long)c.head_dim);
+  std::printf("  vocab %lld, rope theta %g, rms eps %g, max positions %lld, tied embeddings %s\n",
+              (long long)c.vocab_size, c.rope_theta, c.rms_norm_eps,
+              (long long)c.max_position_embeddings, c.tie_word_embeddings ? "yes" : "no");
+  std::printf("\nparameters:\n");
+  for (const char* k : {"embeddings", "attention", "mlp", "norms", "lm_head", "other"}) {
+    if (params.count(k)) std::printf("  %-11s %16s\n", k, with_commas(params[k]).c_str());
+  }
+  std::printf("  %-11s %16s\n", "total", with_commas(total).c_str());
+  std::printf("\nKV cache (L x 2 x n_kv x head_dim x bytes):\n");
+  for (const char* k : {"f32", "bf16"}) {
+    std::printf("  %-4s %10s bytes/token, %16s bytes for ctx %lld x batch %lld\n", k,
+                with_commas(kv_per_token[k]).c_str(),
+                with_commas(kv_per_token[k] * ctx * o.batch).c_str(), (long long)ctx,
+                (long long)o.batch);
+  }
+  std::printf("  (ember's cache stores f32 today)\n");
+  if (o.metadata && ckpt.gguf) {
+    std::printf("\nmetadata:\n");
+    for (const auto& [key, value] : ckpt.gguf->metadata()) {
+      std::printf("  %-40s %s\n", key.c_str(), value.to_display().c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_inspect_command(CLI::App& app) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Show a checkpoint's tensors, architecture, parameters and KV-cache size (headers only)");
+  cmd->add_option("model", o->model.model, "Model: HF directory, config.json, .gguf or llama2.c .bin");
+  cmd->add_option("-m,--model", o->model.model, "Same as the positional argument");
+  cmd->add_option("--tokenizer", o->model.tokenizer, "Tokenizer override (llama2.c)");
+  cmd->add_option("--dtype", o->model.dtype, "With --dummy: dtype the matrices would have");
+  cmd->add_flag("--dummy", o->model.dummy, "Describe the model a config implies (no weight files needed)");
+  cmd->add_option("--ctx", o->ctx, "Tokens per sequence for the KV-cache estimate (default: model max)");
+  cmd->add_option("--batch", o->batch, "Sequences for the KV-cache estimate")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Machine-readable output");
+  cmd->add_flag("--metadata", o->metadata, "Also list GGUF metadata");
+  return [o] { return inspect_command(*o); };
+}
+
+}  // namespace ember::cli

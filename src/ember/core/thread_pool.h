@@ -1,0 +1,51 @@
+// A persistent pool of worker threads for data-parallel kernels: parallel_for splits [0, n) into
+// one contiguous range per thread and runs them at once, the calling thread taking the first.
+// Threads are created once, so a forward step pays no thread creation, only a wake-up.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ember {
+
+class ThreadPool {
+ public:
+  // n_threads <= 0 picks default_thread_count().
+  explicit ThreadPool(int n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(begin, end, thread_index) for every non-empty chunk of [0, n). Chunk boundaries are
+  // multiples of `grain` (except the last), so callers can keep SIMD tiles whole. Blocks until all
+  // chunks are done. Not re-entrant: do not call parallel_for from inside fn.
+  using RangeFn = std::function<void(int64_t begin, int64_t end, int thread_index)>;
+  void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
+
+  // Physical cores of this machine (logical CPUs / SMT siblings), at least 1.
+  static int default_thread_count();
+
+ private:
+  void worker_loop(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stopping_ = false;
+  const RangeFn* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int64_t job_grain_ = 1;
+};
+
+}  // namespace ember

@@ -1,0 +1,62 @@
+// Owns the runtime state around a loaded model: thread pool, paged KV pool and forward pass.
+// feed() pushes new tokens of one or more sequences through one forward step (a whole prompt is
+// one matrix x matrix step; a decode token is a step of T = 1) and returns their logits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ember/core/thread_pool.h"
+#include "ember/engine/sequence.h"
+#include "ember/kv/kv_block_pool.h"
+#include "ember/model/forward.h"
+#include "ember/model/weights.h"
+
+namespace ember {
+
+struct EngineOptions {
+  int n_threads = 0;         // 0: physical cores
+  int64_t max_context = 0;   // per sequence; 0: min(model's max positions, 4096)
+  int64_t max_sequences = 1; // sizes the KV pool together with max_context
+  int64_t block_size = 16;   // tokens per KV block
+};
+
+// What one sequence contributes to a multi-sequence step.
+struct FeedRequest {
+  Sequence* sequence = nullptr;
+  std::span<const int32_t> tokens;  // appended to sequence->tokens and run
+  bool all_logits = false;          // logits for every new token, else only for the last
+};
+
+class Engine {
+ public:
+  Engine(const ModelWeights& weights, const EngineOptions& options);
+
+  // Runs `tokens` for `seq`; returns logits [n, vocab] where n = tokens.size() if all_logits
+  // else 1 (valid until the next call). Throws ember::Error when the context or KV pool is full.
+  std::span<const float> feed(Sequence& seq, std::span<const int32_t> tokens,
+                              bool all_logits = false);
+  // Several sequences in one forward step; logits rows follow the requests' order.
+  std::span<const float> feed(std::span<FeedRequest> requests);
+  // Returns the sequence's blocks to the pool and forgets its cache.
+  void release(Sequence& seq);
+
+  const ModelWeights& weights() const { return weights_; }
+  const KvBlockPool& kv_pool() const { return kv_pool_; }
+  int64_t kv_bytes_in_use() const { return kv_pool_.used_blocks() * kv_pool_.bytes_per_block(); }
+  int64_t max_context() const { return max_context_; }
+  int n_threads() const { return threads_.size(); }
+  int64_t vocab_size() const { return weights_.config.vocab_size; }
+
+ private:
+  const ModelWeights& weights_;
+  int64_t max_context_;
+  ThreadPool threads_;
+  KvBlockPool kv_pool_;
+  ForwardPass forward_;
+  StepInput step_;
+};
+
+}  // namespace ember

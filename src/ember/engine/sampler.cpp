@@ -1,0 +1,161 @@
+#include "ember/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "ember/core/error.h"
+
+namespace ember {
+
+namespace {
+
+using Candidate = std::pair<float, int32_t>;
+
+// Descending by value; equal values keep the lower token id first so every step is deterministic.
+bool higher(const Candidate& a, const Candidate& b) {
+  if (a.first != b.first) return a.first > b.first;
+  return a.second < b.second;
+}
+
+// Uniform double in [0, 1) from the top 53 bits of one engine output. Written out rather than
+// using std::uniform_real_distribution, whose algorithm differs between standard libraries, so a
+// seed gives the same tokens everywhere.
+double uniform01(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+// Replaces each candidate's value (a logit) with its softmax probability over the candidates.
+void softmax_in_place(std::span<Candidate> c, float temperature) {
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (const Candidate& x : c) max_logit = std::max(max_logit, x.first);
+  if (max_logit == -std::numeric_limits<float>::infinity()) {
+    // Everything masked out: fall back to uniform rather than 0/0.
+    for (Candidate& x : c) x.first = 1.0f / static_cast<float>(c.size());
+    return;
+  }
+  double sum = 0.0;
+  for (Candidate& x : c) {
+    x.first = std::exp((x.first - max_logit) / temperature);
+    sum += x.first;
+  }
+  for (Candidate& x : c) x.first = static_cast<float>(x.first / sum);
+}
+
+}  // namespace
+
+int32_t argmax(std::span<const float> values) {
+  if (values.empty()) throw Error("argmax of an empty span");
+  size_t best = 0;
+  for (size_t i = 1; i < values.size(); ++i) {
+    if (values[i] > values[best]) best = i;  // strict: ties keep the lower index
+  }
+  return static_cast<int32_t>(best);
+}
+
+Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
+    : params_(params), vocab_size_(vocab_size), rng_(params.seed) {
+  if (vocab_size <= 0) throw Error("sampler: vocab_size must be positive");
+  candidates_.reserve(static_cast<size_t>(vocab_size));
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  if (logits.size() != static_cast<size_t>(vocab_size_)) {
+    throw Error("sampler: got " + std::to_string(logits.size()) + " logits for a vocabulary of " +
+                std::to_string(vocab_size_));
+  }
+  candidates_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+  }
+
+  // Repetition penalty (CTRL): each distinct token among the last repeat_last_n is penalised
+  // once, however often it occurred. Dividing a positive logit / multiplying a negative one both
+  // move it down, which a plain division would not do for negative logits.
+  if (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0 && !history.empty()) {
+    const size_t n = std::min(history.size(), static_cast<size_t>(params_.repeat_last_n));
+    std::vector<int32_t> recent(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
+    std::sort(recent.begin(), recent.end());
+    recent.erase(std::unique(recent.begin(), recent.end()), recent.end());
+    for (int32_t t : recent) {
+      if (t < 0 || t >= vocab_size_) continue;
+      float& l = candidates_[t].first;
+      l = l > 0.0f ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+    }
+  }
+
+  if (params_.temperature <= 0.0f) {
+    size_t best = 0;
+    for (size_t i = 1; i < candidates_.size(); ++i) {
+      if (candidates_[i].first > candidates_[best].first) best = i;
+    }
+    return candidates_[best].second;
+  }
+
+  // Top-k: select the k best without sorting the whole vocabulary, then sort just those (top-p
+  // needs them in order). Without top-k the full sort is unavoidable when top-p is on.
+  size_t n = candidates_.size();
+  const bool use_top_p = params_.top_p < 1.0f;
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
+    n = static_cast<size_t>(params_.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n),
+                      candidates_.end(), higher);
+    candidates_.resize(n);
+  } else if (use_top_p) {
+    std::sort(candidates_.begin(), candidates_.end(), higher);
+  }
+  std::vector<float> kept_logits(n);
+  for (size_t i = 0; i < n; ++i) kept_logits[i] = candidates_[i].first;
+  std::span<Candidate> cand(candidates_.data(), n);
+
+  // Filters work on the untempered distribution (as llama.cpp's default chain does): temperature
+  // only reshapes the final draw among the survivors.
+  softmax_in_place(cand, 1.0f);
+
+  if (use_top_p) {
+    // Smallest prefix of the sorted candidates whose mass reaches top_p; always at least one.
+    double cumulative = 0.0;
+    size_t keep = n;
+    for (size_t i = 0; i < n; ++i) {
+      cumulative += cand[i].first;
+      if (cumulative >= params_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n = keep;
+    cand = cand.first(n);
+  }
+
+  if (params_.min_p > 0.0f) {
+    float p_max = 0.0f;
+    for (const Candidate& c : cand) p_max = std::max(p_max, c.first);
+    // Capped at p_max so the most likely token always survives, even for min_p > 1.
+    const float threshold = std::min(params_.min_p * p_max, p_max);
+    // Compact in place, keeping order and (through kept_logits) each survivor's logit.
+    size_t w = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (cand[i].first >= threshold) {
+        cand[w] = cand[i];
+        kept_logits[w] = kept_logits[i];
+        ++w;
+      }
+    }
+    n = w;
+    cand = cand.first(n);
+  }
+
+  // Temperature, then the draw: softmax(logit / T) over the survivors.
+  for (size_t i = 0; i < n; ++i) cand[i].first = kept_logits[i];
+  softmax_in_place(cand, params_.temperature);
+  const double target = uniform01(rng_);
+  double cumulative = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    cumulative += cand[i].first;
+    if (target < cumulative) return cand[i].second;
+  }
+  return cand[n - 1].second;  // rounding left the total a hair below 1
+}
+
+}  // namespace ember

@@ -1,0 +1,145 @@
+// AVX2 attention of one query token over its paged context, FlashAttention-style: the context is
+// streamed one KV block at a time with an online softmax, so no [ctx_len] score row is ever built.
+//
+// Per kv head g, the `group` query heads that share it (GQA) are processed together, so each K/V
+// row is fetched from memory once for all of them. State per query head: running max m, running
+// denominator l and an unnormalised accumulator acc [head_dim]. For each block of scores s:
+//   m' = max(m, max s);  c = exp(m - m');  l = c l + sum exp(s - m');  acc = c acc + sum exp(s -
+//   m') v
+// and at the end out = acc / l.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ember/kernels/cpu/avx2_util.h"
+#include "ember/kernels/cpu/kernels_isa.h"
+
+namespace ember::cpu::avx2 {
+namespace {
+
+// Per-thread scratch that only grows: the hot path does not allocate after the first call.
+struct AttentionScratch {
+  std::vector<float> acc;     // [group, hd_pad]
+  std::vector<float> scores;  // [group, bs_pad]
+  std::vector<float> m, l;    // [group]
+};
+
+// q · k over hd values; hd % 8 lanes are handled with the tail mask.
+EMBER_AVX2_INLINE float dot(const float* q, const float* k, int64_t hd, __m256i mask) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), a1);
+  }
+  if (d + 8 <= hd) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
+    d += 8;
+  }
+  if (d < hd) {
+    a1 = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, mask), _mm256_maskload_ps(k + d, mask), a1);
+  }
+  return hsum(_mm256_add_ps(a0, a1));
+}
+
+}  // namespace
+
+// q: [n_heads, head_dim]; out: [n_heads, head_dim]; K/V read through block_table.
+EMBER_AVX2 void attention(const float* q, int64_t n_heads, const PagedKv& kv,
+                          const int32_t* block_table, int64_t ctx_len, float scale, float* out) {
+  thread_local AttentionScratch scratch;
+  const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
+  const int64_t group = n_heads / n_kv;
+  const int64_t hd_pad = (hd + 7) / 8 * 8, bs_pad = (bs + 7) / 8 * 8;
+  const __m256i hd_mask = tail_mask(hd % 8);
+  if (static_cast<int64_t>(scratch.acc.size()) < group * hd_pad) {
+    scratch.acc.resize(static_cast<size_t>(group * hd_pad));
+  }
+  if (static_cast<int64_t>(scratch.scores.size()) < group * bs_pad) {
+    scratch.scores.resize(static_cast<size_t>(group * bs_pad));
+  }
+  if (static_cast<int64_t>(scratch.m.size()) < group) {
+    scratch.m.resize(static_cast<size_t>(group));
+    scratch.l.resize(static_cast<size_t>(group));
+  }
+  float* acc = scratch.acc.data();
+  float* scores = scratch.scores.data();
+  float* m = scratch.m.data();
+  float* l = scratch.l.data();
+
+  for (int64_t g = 0; g < n_kv; ++g) {
+    const float* qg = q + g * group * hd;  // the group's query heads are consecutive
+    std::fill(acc, acc + group * hd_pad, 0.0f);
+    std::fill(m, m + group, -INFINITY);
+    std::fill(l, l + group, 0.0f);
+    for (int64_t p0 = 0; p0 < ctx_len; p0 += bs) {
+      const int64_t n = std::min(bs, ctx_len - p0);
+      const int64_t block = block_table[p0 / bs];
+      // Row of token slot i of this block for kv head g: [(block * bs + i) * n_kv + g] * hd.
+      const float* kb = kv.k_pool + (block * bs * n_kv + g) * hd;
+      const float* vb = kv.v_pool + (block * bs * n_kv + g) * hd;
+      const int64_t row_stride = n_kv * hd;
+
+      // Scores for the block; padding lanes are -inf so that exp() makes them 0.
+      for (int64_t j = 0; j < group; ++j) {
+        float* s = scores + j * bs_pad;
+        for (int64_t i = 0; i < n; ++i)
+          s[i] = dot(qg + j * hd, kb + i * row_stride, hd, hd_mask) * scale;
+        for (int64_t i = n; i < bs_pad; ++i) s[i] = -INFINITY;
+      }
+      for (int64_t j = 0; j < group; ++j) {
+        float* s = scores + j * bs_pad;
+        __m256 vmax = _mm256_set1_ps(-INFINITY);
+        for (int64_t i = 0; i < bs_pad; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
+        const float m_new = std::max(m[j], hmax(vmax));
+        const __m256 mv = _mm256_set1_ps(m_new);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t i = 0; i < bs_pad; i += 8) {
+          const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+          _mm256_storeu_ps(s + i, e);
+          sum = _mm256_add_ps(sum, e);
+        }
+        // c = exp(m - m'): 0 on the first block (m = -inf), 1 when the max did not grow.
+        const float c = _mm256_cvtss_f32(exp(_mm256_set1_ps(m[j] - m_new)));
+        l[j] = l[j] * c + hsum(sum);
+        m[j] = m_new;
+        float* a = acc + j * hd_pad;
+        const __m256 cv = _mm256_set1_ps(c);
+        for (int64_t d = 0; d < hd_pad; d += 8)
+          _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
+      }
+      // acc[j] += sum_i p[j][i] * v_i: each V row is loaded once for the whole group.
+      for (int64_t i = 0; i < n; ++i) {
+        const float* v = vb + i * row_stride;
+        int64_t d = 0;
+        for (; d + 8 <= hd; d += 8) {
+          const __m256 vv = _mm256_loadu_ps(v + d);
+          for (int64_t j = 0; j < group; ++j) {
+            float* a = acc + j * hd_pad + d;
+            _mm256_storeu_ps(
+                a, _mm256_fmadd_ps(_mm256_set1_ps(scores[j * bs_pad + i]), vv, _mm256_loadu_ps(a)));
+          }
+        }
+        if (d < hd) {
+          const __m256 vv = _mm256_maskload_ps(v + d, hd_mask);
+          for (int64_t j = 0; j < group; ++j) {
+            float* a = acc + j * hd_pad + d;
+            _mm256_storeu_ps(
+                a, _mm256_fmadd_ps(_mm256_set1_ps(scores[j * bs_pad + i]), vv, _mm256_loadu_ps(a)));
+          }
+        }
+      }
+    }
+    for (int64_t j = 0; j < group; ++j) {
+      const __m256 inv = _mm256_set1_ps(l[j] > 0.0f ? 1.0f / l[j] : 0.0f);
+      const float* a = acc + j * hd_pad;
+      float* o = out + (g * group + j) * hd;
+      int64_t d = 0;
+      for (; d + 8 <= hd; d += 8)
+        _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+      if (d < hd) _mm256_maskstore_ps(o + d, hd_mask, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+    }
+  }
+}
+
+}  // namespace ember::cpu::avx2

@@ -1,0 +1,135 @@
+// Run-time dispatch of the CPU kernels. The ISA is chosen once from CPUID (and EMBER_ISA), then
+// every call goes through one table of function pointers. force_isa() swaps the table, for tests.
+// No -march flags are needed for the build: each ISA's code carries function-level target
+// attributes and is only reached through this dispatcher after the CPU check.
+#include "ember/kernels/cpu/kernels.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "ember/kernels/cpu/kernels_isa.h"
+
+namespace ember::cpu {
+namespace {
+
+constexpr KernelTable kScalarTable = {
+    Isa::Scalar,         scalar::matmul,         scalar::rmsnorm,
+    scalar::rope,        scalar::softmax,        scalar::silu_mul,
+    scalar::add_inplace, scalar::dequantize_row, scalar::attention,
+};
+
+constexpr KernelTable kAvx2Table = {
+    Isa::Avx2,      avx2::matmul,      avx2::rmsnorm,        avx2::rope,      avx2::softmax,
+    avx2::silu_mul, avx2::add_inplace, avx2::dequantize_row, avx2::attention,
+};
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
+// The table for `wanted`, or the best one below it that this CPU (and this build) can run.
+// There are no AVX-512 kernels yet: Avx512 runs the AVX2 table.
+const KernelTable* resolve(Isa wanted, bool forced) {
+  if (wanted == Isa::Avx512 && forced && !cpu_has_avx512()) {
+    std::fprintf(stderr, "ember: this CPU lacks AVX-512; using %s kernels\n",
+                 cpu_has_avx2() ? "avx2" : "scalar");
+  }
+  if (wanted == Isa::Avx512) wanted = Isa::Avx2;
+  if (wanted == Isa::Avx2) {
+    if (cpu_has_avx2()) return &kAvx2Table;
+    if (forced) std::fprintf(stderr, "ember: this CPU lacks AVX2/FMA/F16C; using scalar kernels\n");
+  }
+  return &kScalarTable;
+}
+
+// EMBER_ISA=scalar|avx2|avx512 if set (read once), else the best the CPU supports.
+const KernelTable* initial_table() {
+  const char* env = std::getenv("EMBER_ISA");
+  if (env != nullptr && *env != '\0') {
+    const std::string_view v(env);
+    if (v == "scalar") return resolve(Isa::Scalar, true);
+    if (v == "avx2") return resolve(Isa::Avx2, true);
+    if (v == "avx512") return resolve(Isa::Avx512, true);
+    std::fprintf(stderr, "ember: unknown EMBER_ISA=%s (want scalar|avx2|avx512); ignoring it\n",
+                 env);
+  }
+  return resolve(Isa::Avx512, false);
+}
+
+std::atomic<const KernelTable*>& table_slot() {
+  static std::atomic<const KernelTable*> slot{initial_table()};
+  return slot;
+}
+
+inline const KernelTable& table() {
+  return *table_slot().load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+Isa active_isa() {
+  return table().isa;
+}
+
+void force_isa(Isa isa) {
+  table_slot().store(resolve(isa, true), std::memory_order_relaxed);
+}
+
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+            int64_t row_begin, int64_t row_end) {
+  table().matmul(x, T, w, y, ldy, row_begin, row_end);
+}
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps) {
+  table().rmsnorm(x, weight, y, T, D, eps);
+}
+
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+          const int32_t* positions, const float* inv_freq) {
+  table().rope(x, T, n_heads, head_dim, rope_dim, positions, inv_freq);
+}
+
+void softmax(float* x, int64_t n) {
+  table().softmax(x, n);
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  table().silu_mul(gate, up, out, n);
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  table().add_inplace(y, x, n);
+}
+
+void dequantize_row(const WeightMatrix& table_w, int64_t row, float* out) {
+  table().dequantize_row(table_w, row, out);
+}
+
+void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+               int64_t ctx_len, float scale, float* out) {
+  table().attention(q, n_heads, kv, block_table, ctx_len, scale, out);
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,55 @@
+// Internal to the CPU backend: the per-ISA implementations behind the dispatcher in kernels.cpp.
+// Each ISA provides every kernel of kernels.h with the same signature in its own namespace; the
+// dispatcher picks one table at run time. Not part of the public interface.
+#pragma once
+
+#include "ember/kernels/cpu/kernels.h"
+
+namespace ember::cpu {
+
+// One function pointer per kernel of kernels.h.
+struct KernelTable {
+  Isa isa;
+  void (*matmul)(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                 int64_t row_begin, int64_t row_end);
+  void (*rmsnorm)(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps);
+  void (*rope)(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+               const int32_t* positions, const float* inv_freq);
+  void (*softmax)(float* x, int64_t n);
+  void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
+  void (*add_inplace)(float* y, const float* x, int64_t n);
+  void (*dequantize_row)(const WeightMatrix& table, int64_t row, float* out);
+  void (*attention)(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+                    int64_t ctx_len, float scale, float* out);
+};
+
+namespace scalar {
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+            int64_t row_begin, int64_t row_end);
+void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps);
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+          const int32_t* positions, const float* inv_freq);
+void softmax(float* x, int64_t n);
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+void add_inplace(float* y, const float* x, int64_t n);
+void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
+void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+               int64_t ctx_len, float scale, float* out);
+}  // namespace scalar
+
+// Compiled with function-level target("avx2,fma,f16c"); call only when the CPU has all three.
+namespace avx2 {
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+            int64_t row_begin, int64_t row_end);
+void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps);
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+          const int32_t* positions, const float* inv_freq);
+void softmax(float* x, int64_t n);
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+void add_inplace(float* y, const float* x, int64_t n);
+void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
+void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+               int64_t ctx_len, float scale, float* out);
+}  // namespace avx2
+
+}  // namespace ember::cpu

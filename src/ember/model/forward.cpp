@@ -1,0 +1,151 @@
+#include "ember/model/forward.h"
+
+#include <cmath>
+#include <string>
+
+#include "ember/core/error.h"
+
+namespace ember {
+
+ForwardPass::ForwardPass(const ModelWeights& weights, KvBlockPool& kv_pool, ThreadPool& threads)
+    : weights_(weights), kv_pool_(kv_pool), threads_(threads) {}
+
+void ForwardPass::matmul_parallel(const float* x, int64_t T,
+                                  std::initializer_list<const cpu::WeightMatrix*> ws,
+                                  std::initializer_list<float*> ys) {
+  // One parallel region over the concatenated output rows of all matrices, so Q/K/V (or gate/up)
+  // share a single wake-up and their rows balance across threads together.
+  const cpu::WeightMatrix* mats[4];
+  float* outs[4];
+  int64_t offsets[5] = {0};
+  int n = 0;
+  for (auto* w : ws) mats[n++] = w;
+  n = 0;
+  for (float* y : ys) outs[n++] = y;
+  for (int i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + mats[i]->n_rows;
+  threads_.parallel_for(
+      offsets[n],
+      [&](int64_t begin, int64_t end, int) {
+        for (int i = 0; i < n; ++i) {
+          int64_t b = std::max(begin, offsets[i]), e = std::min(end, offsets[i + 1]);
+          if (b < e) {
+            cpu::matmul(x, T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i], e - offsets[i]);
+          }
+        }
+      },
+      /*grain=*/16);
+}
+
+const std::vector<float>& ForwardPass::step(const StepInput& input) {
+  const ModelConfig& c = weights_.config;
+  const int64_t T = static_cast<int64_t>(input.tokens.size());
+  const int64_t D = c.d_model;
+  int64_t covered = 0;
+  for (const auto& s : input.sequences) covered += s.n_tokens;
+  if (covered != T) throw Error("forward step: sequences cover " + std::to_string(covered) +
+                                " tokens but the batch has " + std::to_string(T));
+  auto grow = [](std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  };
+  grow(x_, T * D);
+  grow(xn_, T * D);
+  grow(tmp_, T * D);
+  grow(q_, T * c.q_dim());
+  grow(attn_, T * c.q_dim());
+  grow(k_, T * c.kv_dim());
+  grow(v_, T * c.kv_dim());
+  grow(gate_, T * c.d_ffn);
+  grow(up_, T * c.d_ffn);
+  positions_.resize(static_cast<size_t>(T));
+  token_seq_.resize(static_cast<size_t>(T));
+  int64_t t = 0;
+  for (const auto& s : input.sequences) {
+    for (int64_t i = 0; i < s.n_tokens; ++i, ++t) {
+      positions_[t] = static_cast<int32_t>(s.start_position + i);
+      token_seq_[t] = &s;
+    }
+  }
+
+  // W_E gather: x[t] = embed[token[t]].
+  for (int64_t i = 0; i < T; ++i) {
+    int32_t token = input.tokens[i];
+    if (token < 0 || token >= c.vocab_size) {
+      throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
+                  std::to_string(c.vocab_size) + ")");
+    }
+    cpu::dequantize_row(weights_.embed, token, x_.data() + i * D);
+  }
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = weights_.layers[l];
+    attention_block(l, lw, T);
+    mlp_block(lw, T);
+  }
+
+  // Final norm and lm_head only for the rows whose logits are wanted.
+  const int64_t R = static_cast<int64_t>(input.logit_rows.size());
+  grow(final_rows_, R * D);
+  for (int64_t r = 0; r < R; ++r) {
+    int32_t row = input.logit_rows[r];
+    if (row < 0 || row >= T) throw Error("forward step: logit row out of range");
+    cpu::rmsnorm(x_.data() + row * D, weights_.final_norm, final_rows_.data() + r * D, 1, D,
+                 c.rms_norm_eps);
+  }
+  logits_.resize(static_cast<size_t>(R * c.vocab_size));
+  if (R > 0) matmul_parallel(final_rows_.data(), R, {&weights_.lm_head}, {logits_.data()});
+  return logits_;
+}
+
+void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t T) {
+  const ModelConfig& c = weights_.config;
+  const int64_t D = c.d_model, qd = c.q_dim(), kvd = c.kv_dim();
+  cpu::rmsnorm(x_.data(), lw.attn_norm, xn_.data(), T, D, c.rms_norm_eps);
+  matmul_parallel(xn_.data(), T, {&lw.wq, &lw.wk, &lw.wv}, {q_.data(), k_.data(), v_.data()});
+  if (lw.bq != nullptr) {
+    for (int64_t t = 0; t < T; ++t) {
+      cpu::add_inplace(q_.data() + t * qd, lw.bq, qd);
+      cpu::add_inplace(k_.data() + t * kvd, lw.bk, kvd);
+      cpu::add_inplace(v_.data() + t * kvd, lw.bv, kvd);
+    }
+  }
+  cpu::rope(q_.data(), T, c.n_heads, c.head_dim, c.rope_dim, positions_.data(),
+            weights_.rope_inv_freq.data());
+  cpu::rope(k_.data(), T, c.n_kv_heads, c.head_dim, c.rope_dim, positions_.data(),
+            weights_.rope_inv_freq.data());
+
+  // Write this step's K/V into each token's cache slot: block_table[pos / bs], slot pos % bs.
+  const int64_t bs = kv_pool_.block_size();
+  float* k_cache = kv_pool_.k_layer(layer);
+  float* v_cache = kv_pool_.v_layer(layer);
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t pos = positions_[t];
+    int32_t block = token_seq_[t]->block_table[pos / bs];
+    int64_t off = kv_pool_.slot_offset(block, pos % bs);
+    std::copy_n(k_.data() + t * kvd, kvd, k_cache + off);
+    std::copy_n(v_.data() + t * kvd, kvd, v_cache + off);
+  }
+
+  cpu::PagedKv view = kv_pool_.layer_view(layer);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  threads_.parallel_for(T, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      cpu::attention(q_.data() + t * qd, c.n_heads, view, token_seq_[t]->block_table,
+                     positions_[t] + 1, scale, attn_.data() + t * qd);
+    }
+  });
+
+  matmul_parallel(attn_.data(), T, {&lw.wo}, {tmp_.data()});
+  cpu::add_inplace(x_.data(), tmp_.data(), T * D);
+}
+
+void ForwardPass::mlp_block(const LayerWeights& lw, int64_t T) {
+  const ModelConfig& c = weights_.config;
+  const int64_t D = c.d_model, F = c.d_ffn;
+  cpu::rmsnorm(x_.data(), lw.ffn_norm, xn_.data(), T, D, c.rms_norm_eps);
+  matmul_parallel(xn_.data(), T, {&lw.w_gate, &lw.w_up}, {gate_.data(), up_.data()});
+  cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), T * F);
+  matmul_parallel(gate_.data(), T, {&lw.w_down}, {tmp_.data()});
+  cpu::add_inplace(x_.data(), tmp_.data(), T * D);
+}
+
+}  // namespace ember

@@ -1,0 +1,203 @@
+#include "ember/model/model_loader.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ember/core/error.h"
+#include "ember/formats/gguf.h"
+#include "ember/kernels/cpu/quantize.h"
+#include "ember/model/tensor_names.h"
+
+namespace ember {
+
+namespace {
+
+// Interleaved-pair RoPE layout -> HF half-rotation layout, per head of `head_dim` rows:
+// HF row c*(head_dim/2) + i holds the interleaved row 2i + c (c = 0 real part, 1 imaginary).
+int64_t interleaved_source_row(int64_t hf_row, int64_t head_dim) {
+  int64_t head = hf_row / head_dim, j = hf_row % head_dim, half = head_dim / 2;
+  int64_t c = j / half, i = j % half;
+  return head * head_dim + 2 * i + c;
+}
+
+// splitmix64: a tiny, fast, well-mixed generator for --dummy weights.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1).
+  float uniform() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-52 - 1.0); }
+};
+
+uint64_t hash_name(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+class WeightBuilder {
+ public:
+  WeightBuilder(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t seed, ModelWeights& w)
+      : ckpt_(ckpt), dtype_(dtype), seed_(seed), w_(w) {}
+
+  const StoredTensor& find(const ExpectedTensor& expected) {
+    auto it = ckpt_.tensors.find(expected.name);
+    if (it == ckpt_.tensors.end()) {
+      throw Error(ckpt_.path + ": missing tensor " + expected.name);
+    }
+    const TensorView& v = it->second.view;
+    std::vector<int64_t> shape = v.shape;
+    // Vectors may be stored as [n] or [1, n]; matrices must match exactly.
+    if (!expected.is_matrix && shape.size() == 2 && shape[0] == 1) shape.erase(shape.begin());
+    if (shape != expected.shape) {
+      throw Error(ckpt_.path + ": tensor " + it->second.stored_name + " has shape " +
+                  shape_to_string(v.shape) + ", expected " + shape_to_string(expected.shape));
+    }
+    return it->second;
+  }
+
+  cpu::WeightMatrix matrix(const ExpectedTensor& expected, bool permute_qk, int64_t head_dim) {
+    int64_t rows = expected.shape[0], cols = expected.shape[1];
+    if (ckpt_.format == CheckpointFormat::ConfigOnly) return random_matrix(expected);
+    const TensorView& src = find(expected).view;
+    DType target = dtype_.value_or(src.dtype);
+    cpu::WeightMatrix source{src.dtype, src.data, rows, cols, dtype_row_bytes(src.dtype, cols)};
+    bool permute = permute_qk && ckpt_.qk_rows_interleaved;
+    if (target == src.dtype && !permute) return source;  // zero-copy view into the mapping
+    cpu::WeightMatrix out{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
+    uint8_t* dst = w_.allocate(static_cast<size_t>(rows * out.row_bytes));
+    out.data = dst;
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t from = permute ? interleaved_source_row(r, head_dim) : r;
+      if (target == src.dtype) {
+        std::memcpy(dst + r * out.row_bytes, src.data + from * source.row_bytes,
+                    static_cast<size_t>(out.row_bytes));
+      } else {
+        cpu::dequantize_row(source, from, row.data());
+        cpu::convert_row(row.data(), target, dst + r * out.row_bytes, cols);
+      }
+    }
+    return out;
+  }
+
+  const float* vector(const ExpectedTensor& expected, float dummy_value) {
+    int64_t n = expected.shape[0];
+    float* dst = reinterpret_cast<float*>(w_.allocate(static_cast<size_t>(n) * sizeof(float)));
+    if (ckpt_.format == CheckpointFormat::ConfigOnly) {
+      SplitMix64 rng{hash_name(expected.name, seed_)};
+      // Norm weights are exactly `dummy_value` (1); biases get small noise around 0.
+      for (int64_t k = 0; k < n; ++k) dst[k] = dummy_value == 0 ? 0.02f * rng.uniform() : dummy_value;
+      return dst;
+    }
+    const TensorView& src = find(expected).view;
+    cpu::WeightMatrix m{src.dtype, src.data, 1, n, dtype_row_bytes(src.dtype, n)};
+    cpu::dequantize_row(m, 0, dst);
+    return dst;
+  }
+
+ private:
+  cpu::WeightMatrix random_matrix(const ExpectedTensor& expected) {
+    int64_t rows = expected.shape[0], cols = expected.shape[1];
+    DType target = dtype_.value_or(DType::BF16);
+    cpu::WeightMatrix out{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
+    uint8_t* dst = w_.allocate(static_cast<size_t>(rows * out.row_bytes));
+    out.data = dst;
+    // Uniform with the standard deviation HF initialises Llama with (0.02): sqrt(3) * 0.02.
+    const float amplitude = 0.02f * std::sqrt(3.0f);
+    SplitMix64 rng{hash_name(expected.name, seed_)};
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (auto& x : row) x = amplitude * rng.uniform();
+      cpu::convert_row(row.data(), target, dst + r * out.row_bytes, cols);
+    }
+    return out;
+  }
+
+  const Checkpoint& ckpt_;
+  std::optional<DType> dtype_;
+  uint64_t seed_;
+  ModelWeights& w_;
+};
+
+}  // namespace
+
+ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t dummy_seed,
+                           DType* matrix_dtype_out) {
+  ModelWeights w;
+  w.config = ckpt.config;
+  w.mappings = ckpt.mappings;
+  const ModelConfig& c = w.config;
+  if (!dtype && ckpt.format == CheckpointFormat::ConfigOnly) {
+    dtype = ckpt.torch_dtype == "float32" ? DType::F32
+            : ckpt.torch_dtype == "float16" ? DType::F16 : DType::BF16;
+  }
+  WeightBuilder b(ckpt, dtype, dummy_seed, w);
+  std::vector<ExpectedTensor> expected = expected_tensors(c);
+  size_t i = 0;
+  auto next = [&]() -> const ExpectedTensor& { return expected.at(i++); };
+  w.embed = b.matrix(next(), false, c.head_dim);
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (auto& layer : w.layers) {
+    layer.attn_norm = b.vector(next(), 1.0f);
+    layer.wq = b.matrix(next(), true, c.head_dim);
+    layer.wk = b.matrix(next(), true, c.head_dim);
+    layer.wv = b.matrix(next(), false, c.head_dim);
+    if (c.attention_bias) {
+      layer.bq = b.vector(next(), 0.0f);
+      layer.bk = b.vector(next(), 0.0f);
+      layer.bv = b.vector(next(), 0.0f);
+    }
+    layer.wo = b.matrix(next(), false, c.head_dim);
+    layer.ffn_norm = b.vector(next(), 1.0f);
+    layer.w_gate = b.matrix(next(), false, c.head_dim);
+    layer.w_up = b.matrix(next(), false, c.head_dim);
+    layer.w_down = b.matrix(next(), false, c.head_dim);
+  }
+  w.final_norm = b.vector(next(), 1.0f);
+  w.lm_head = c.tie_word_embeddings ? w.embed : b.matrix(next(), false, c.head_dim);
+  if (c.attention_bias && ckpt.qk_rows_interleaved) {
+    throw Error(ckpt.path + ": attention biases with interleaved Q/K rows are not supported");
+  }
+  w.rope_inv_freq = rope_inverse_frequencies(c);
+  if (!ckpt.rope_freq_factors.empty()) {
+    for (size_t k = 0; k < w.rope_inv_freq.size(); ++k) w.rope_inv_freq[k] /= ckpt.rope_freq_factors[k];
+  }
+  if (matrix_dtype_out) *matrix_dtype_out = w.layers.empty() ? w.embed.dtype : w.layers[0].wq.dtype;
+  return w;
+}
+
+std::unique_ptr<Tokenizer> load_checkpoint_tokenizer(const Checkpoint& ckpt) {
+  if (ckpt.format == CheckpointFormat::Gguf) return load_gguf_tokenizer(*ckpt.gguf);
+  if (ckpt.format == CheckpointFormat::Llama2c) {
+    if (ckpt.tokenizer_path.empty()) {
+      throw Error(ckpt.path + ": no tokenizer found beside the model (tokenizer.bin or tok*.bin); "
+                              "pass --tokenizer PATH");
+    }
+    return load_llama2c_tokenizer(ckpt.tokenizer_path, static_cast<int32_t>(ckpt.config.vocab_size));
+  }
+  throw Error(ckpt.path + ": HF tokenizer.json (byte-level BPE) is not supported yet; use a GGUF or "
+                          "llama2.c model, or token ids");
+}
+
+LoadedModel load_model(const LoadOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  LoadedModel m;
+  CheckpointOptions copts;
+  copts.dummy = options.dummy;
+  copts.tokenizer_path = options.tokenizer_path;
+  m.checkpoint = open_checkpoint(options.path, copts);
+  m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed, &m.matrix_dtype);
+  if (options.load_tokenizer) m.tokenizer = load_checkpoint_tokenizer(m.checkpoint);
+  m.load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return m;
+}
+
+}  // namespace ember

@@ -1,0 +1,48 @@
+#include "ember/model/weights.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace ember {
+
+uint8_t* ModelWeights::allocate(size_t bytes) {
+  arenas.push_back(std::make_unique_for_overwrite<uint8_t[]>(bytes));
+  return arenas.back().get();
+}
+
+int64_t ModelWeights::matrix_bytes() const {
+  int64_t total = 0;
+  auto add = [&](const cpu::WeightMatrix& w) { total += w.n_rows * w.row_bytes; };
+  for (const auto& l : layers) {
+    for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*w);
+  }
+  add(lm_head);
+  return total;
+}
+
+std::vector<float> rope_inverse_frequencies(const ModelConfig& config) {
+  int64_t half = config.rope_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    double freq = std::pow(static_cast<double>(config.rope_theta),
+                           -2.0 * static_cast<double>(i) / static_cast<double>(config.rope_dim));
+    if (config.rope_scaling == RopeScaling::Llama3) {
+      // Llama 3.1: long wavelengths are divided by `factor`, short ones kept, and the band in
+      // between interpolated smoothly.
+      double low_wavelen = config.rope_original_max_position / config.rope_low_freq_factor;
+      double high_wavelen = config.rope_original_max_position / config.rope_high_freq_factor;
+      double wavelen = 2.0 * std::numbers::pi / freq;
+      if (wavelen > low_wavelen) {
+        freq /= config.rope_factor;
+      } else if (wavelen >= high_wavelen) {
+        double smooth = (config.rope_original_max_position / wavelen - config.rope_low_freq_factor) /
+                        (config.rope_high_freq_factor - config.rope_low_freq_factor);
+        freq = (1.0 - smooth) * freq / config.rope_factor + smooth * freq;
+      }
+    }
+    inv[static_cast<size_t>(i)] = static_cast<float>(freq);
+  }
+  return inv;
+}
+
+}  // namespace ember

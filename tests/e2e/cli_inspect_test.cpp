@@ -1,0 +1,59 @@
+// `ember inspect`: architecture numbers, parameter counts and KV-cache bytes from headers alone.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace ember {
+namespace {
+
+TEST(CliInspect, SmolLM2ConfigNumbersInTextAndJson) {
+  auto dir = test::fixture("models/smollm2-135m-instruct");
+  EMBER_REQUIRE_FIXTURE(dir / "config.json");
+  auto text = test::run_ember("inspect " + test::shell_quote(dir.string()) + " --dummy");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("134,515,008"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("d_model 576, d_ffn 1536, layers 30, heads 9, kv heads 3, head_dim 64"),
+            std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("23,040 bytes/token"), std::string::npos) << text.out;
+
+  for (std::string target : {dir.string() + " --dummy", (dir / "config.json").string(), dir.string()}) {
+    auto r = test::run_ember("inspect " + target + " --json --ctx 8192 --batch 4");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["parameters"]["total"], 134515008);
+    EXPECT_EQ(j["parameters"]["embeddings"], 49152 * 576);
+    EXPECT_EQ(j["parameters"]["lm_head"], 0);  // tied: counted once, as the embedding
+    EXPECT_EQ(j["architecture"]["d_model"], 576);
+    EXPECT_EQ(j["architecture"]["d_ffn"], 1536);
+    EXPECT_EQ(j["architecture"]["n_layers"], 30);
+    EXPECT_EQ(j["architecture"]["n_heads"], 9);
+    EXPECT_EQ(j["architecture"]["n_kv_heads"], 3);
+    EXPECT_EQ(j["architecture"]["head_dim"], 64);
+    EXPECT_EQ(j["kv_cache"]["bytes_per_token"]["bf16"], 30 * 2 * 3 * 64 * 2);
+    EXPECT_EQ(j["kv_cache"]["bytes_for_ctx_batch"]["bf16"], int64_t{23040} * 8192 * 4);
+    EXPECT_EQ(j["tensors"].size(), 1u + 30u * 9u + 1u);
+  }
+}
+
+TEST(CliInspect, Stories260KGgufListsTensorsInNaturalOrder) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  auto r = test::run_ember("inspect " + test::shell_quote(model.string()) + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["tensors"].size(), 48u);
+  std::vector<std::string> names;
+  for (const auto& t : j["tensors"]) names.push_back(t["name"]);
+  auto pos = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) - names.begin(); };
+  EXPECT_LT(pos("blk.1.attn_k.weight"), pos("blk.2.attn_k.weight"));
+  EXPECT_EQ(j["architecture"]["n_kv_heads"], 4);
+  EXPECT_EQ(j["architecture"]["d_model"], 64);
+  EXPECT_EQ(j["kv_cache"]["bytes_per_token"]["f32"], 5 * 2 * 4 * 8 * 4);
+  int64_t total = 0;
+  for (const auto& t : j["tensors"]) total += t["numel"].get<int64_t>();
+  EXPECT_EQ(j["parameters"]["total"], total);
+}
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,85 @@
+// `ember run` end to end on the real stories260K model, from both of its formats.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace ember {
+namespace {
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void expect_greedy_matches(const std::string& model_args) {
+  auto expected_path = test::fixture("models/stories260K/expected-greedy-200.txt");
+  EMBER_REQUIRE_FIXTURE(expected_path);
+  std::string expected = read_text(expected_path);
+  auto r = test::run_ember("run " + model_args + " --temp 0 -n 200");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string out = r.out;
+  if (!out.empty() && out[0] == ' ') out.erase(0, 1);
+  ASSERT_GE(out.size(), expected.size()) << out;
+  EXPECT_EQ(out.substr(0, expected.size()), expected) << "full output:\n" << out;
+  EXPECT_NE(r.err.find("prompt tokens 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("decode"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("KV cache in use"), std::string::npos) << r.err;
+}
+
+TEST(CliRun, GreedyStories260KFromGguf) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  expect_greedy_matches("-m " + test::shell_quote(model.string()));
+}
+
+TEST(CliRun, GreedyStories260KFromLlama2cBin) {
+  auto model = test::fixture("models/stories260K/stories260K.bin");
+  auto tok = test::fixture("models/stories260K/tok512.bin");
+  EMBER_REQUIRE_FIXTURE(model);
+  EMBER_REQUIRE_FIXTURE(tok);
+  expect_greedy_matches("-m " + test::shell_quote(model.string()) + " --tokenizer " +
+                        test::shell_quote(tok.string()));
+  // tok512.bin beside the model is found without --tokenizer.
+  expect_greedy_matches("-m " + test::shell_quote(model.string()));
+}
+
+TEST(CliRun, GreedyIsTheSameForEveryThreadCount) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  std::string base = "run -m " + test::shell_quote(model.string()) + " -p 'Once upon a time' --temp 0 -n 60";
+  auto one = test::run_ember(base + " -t 1");
+  auto two = test::run_ember(base + " -t 2");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(one.out, two.out);
+  EXPECT_EQ(one.out.rfind("Once upon a time", 0), 0u) << "stdout starts with the prompt";
+}
+
+TEST(CliRun, SameSeedSameTextDifferentSeedDifferentText) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  std::string base = "run -m " + test::shell_quote(model.string()) +
+                     " -p 'Lily' --temp 1.0 --top-k 0 --top-p 1 --min-p 0 -n 80";
+  auto a = test::run_ember(base + " --seed 7");
+  auto b = test::run_ember(base + " --seed 7");
+  auto c = test::run_ember(base + " --seed 8");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+}
+
+TEST(CliRun, HelpListsTheSamplingFlags) {
+  auto r = test::run_ember("run --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--dtype", "--dummy"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace ember

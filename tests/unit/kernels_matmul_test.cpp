@@ -1,0 +1,197 @@
+// matmul for every weight dtype and every ISA the CPU runs, against the double-precision
+// reference on the same stored weights, plus the determinism contract of kernels.h.
+//
+// Tolerance (all dtypes): |y - ref| <= 1e-5 * sum_k |x_k * w_k|, where w is the weight as stored
+// (f16/bf16 converted, q8_0/q4_0 dequantized). The kernels compute in f32 on exactly those weight
+// values, so the only error is f32 accumulation; the quantization error itself is tested in
+// kernels_quantize_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "ember/kernels/cpu/kernels.h"
+#include "ember/kernels/cpu/kernels_reference.h"
+#include "kernels_test_util.h"
+
+namespace ember::cpu {
+namespace {
+
+using test::IsaScope;
+using test::make_weights;
+using test::random_floats;
+using test::supported_isas;
+
+constexpr DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+
+std::vector<int64_t> test_ks(DType dtype) {
+  if (dtype_is_quantized(dtype)) return {32, 64, 576, 1536};
+  return {1, 8, 67, 173, 576};
+}
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof(float)) == 0;
+}
+
+// Checks y [T, ldy] against the reference within 1e-5 * sum |x w|.
+void expect_close_to_reference(const std::vector<float>& x, int64_t T, const WeightMatrix& w,
+                               const std::vector<float>& y, int64_t ldy) {
+  const int64_t N = w.n_rows, K = w.n_cols;
+  std::vector<float> ref_y(static_cast<size_t>(T * N));
+  ref::matmul(x.data(), T, w, ref_y.data(), N, 0, N);
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) {
+    ref::dequantize_row(w, n, row.data());
+    for (int64_t t = 0; t < T; ++t) {
+      double magnitude = 0.0;
+      for (int64_t k = 0; k < K; ++k) magnitude += std::fabs(double{x[t * K + k]} * row[k]);
+      ASSERT_NEAR(y[t * ldy + n], ref_y[t * N + n], 1e-5 * magnitude + 1e-30)
+          << "t=" << t << " n=" << n << " K=" << K;
+    }
+  }
+}
+
+TEST(KernelsMatmul, MatchesReferenceEveryDtypeAndIsa) {
+  const int64_t N = 37;  // odd: exercises the 8-row and 2-row tiles and their leftovers
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : kAllDtypes) {
+      for (int64_t K : test_ks(dtype)) {
+        for (int64_t T : {1, 3, 17}) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
+                       " K=" + std::to_string(K) + " T=" + std::to_string(T));
+          auto wv = random_floats(N * K, 1000 + static_cast<uint32_t>(K));
+          auto w = make_weights(wv, N, K, dtype);
+          auto x = random_floats(T * K, 7 + static_cast<uint32_t>(T));
+          const int64_t ldy = N + 3;  // a leading dimension wider than N
+          std::vector<float> y(static_cast<size_t>(T * ldy), -123.0f);
+          matmul(x.data(), T, w.view, y.data(), ldy, 0, N);
+          expect_close_to_reference(x, T, w.view, y, ldy);
+          for (int64_t t = 0; t < T; ++t) {  // the padding columns are left alone
+            for (int64_t n = N; n < ldy; ++n) ASSERT_EQ(y[t * ldy + n], -123.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Any split into row ranges, in any order, gives the bits of one call over all rows.
+TEST(KernelsMatmul, RowSplitsAreBitIdentical) {
+  const int64_t N = 53, T = 17;
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : kAllDtypes) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype));
+      const int64_t K = dtype_is_quantized(dtype) ? 96 : 173;
+      auto w = make_weights(random_floats(N * K, 5), N, K, dtype);
+      auto x = random_floats(T * K, 6);
+      std::vector<float> whole(static_cast<size_t>(T * N)), split(whole.size());
+      matmul(x.data(), T, w.view, whole.data(), N, 0, N);
+      const int64_t cuts[] = {0, 1, 4, 5, 13, 14, 30, 39, 40, 52, 53};
+      for (size_t i = std::size(cuts) - 1; i > 0; --i) {  // back to front, for good measure
+        matmul(x.data(), T, w.view, split.data(), N, cuts[i - 1], cuts[i]);
+      }
+      for (size_t i = 0; i < whole.size(); ++i) ASSERT_TRUE(same_bits(whole[i], split[i])) << i;
+    }
+  }
+}
+
+// Row t of a T-token call equals a 1-token call on x[t] bit for bit, for every T.
+TEST(KernelsMatmul, BatchRowsMatchSingleTokenBitExactly) {
+  const int64_t N = 29;
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : kAllDtypes) {
+      const int64_t K = dtype_is_quantized(dtype) ? 64 : 67;
+      auto w = make_weights(random_floats(N * K, 11), N, K, dtype);
+      for (int64_t T : {2, 3, 4, 5, 9}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
+                     " T=" + std::to_string(T));
+        auto x = random_floats(T * K, 12);
+        std::vector<float> batch(static_cast<size_t>(T * N)), single(static_cast<size_t>(N));
+        matmul(x.data(), T, w.view, batch.data(), N, 0, N);
+        for (int64_t t = 0; t < T; ++t) {
+          matmul(x.data() + t * K, 1, w.view, single.data(), N, 0, N);
+          for (int64_t n = 0; n < N; ++n) {
+            ASSERT_TRUE(same_bits(batch[t * N + n], single[n])) << "t=" << t << " n=" << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Quantized weights are expanded to exact f32 values, so a q8_0/q4_0 matmul equals the f32
+// matmul on the dequantized matrix bit for bit (same ISA).
+TEST(KernelsMatmul, QuantizedEqualsF32OnDequantizedWeights) {
+  const int64_t N = 19, K = 576, T = 6;
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype));
+      auto q = make_weights(random_floats(N * K, 21), N, K, dtype);
+      std::vector<float> deq(static_cast<size_t>(N * K));
+      for (int64_t n = 0; n < N; ++n) ref::dequantize_row(q.view, n, deq.data() + n * K);
+      auto f = make_weights(deq, N, K, DType::F32);
+      auto x = random_floats(T * K, 22);
+      std::vector<float> yq(static_cast<size_t>(T * N)), yf(yq.size());
+      matmul(x.data(), T, q.view, yq.data(), N, 0, N);
+      matmul(x.data(), T, f.view, yf.data(), N, 0, N);
+      for (size_t i = 0; i < yq.size(); ++i) ASSERT_TRUE(same_bits(yq[i], yf[i])) << i;
+    }
+  }
+}
+
+// Several threads on disjoint row ranges of one output (as the model calls it) match one call.
+TEST(KernelsMatmul, ConcurrentRowRangesMatchOneCall) {
+  const int64_t N = 301, K = 576, T = 7;
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : {DType::BF16, DType::Q4_0}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype));
+      auto w = make_weights(random_floats(N * K, 31), N, K, dtype);
+      auto x = random_floats(T * K, 32);
+      std::vector<float> whole(static_cast<size_t>(T * N)), parts(whole.size());
+      matmul(x.data(), T, w.view, whole.data(), N, 0, N);
+      std::vector<std::thread> threads;
+      const int64_t n_threads = 4;
+      for (int64_t i = 0; i < n_threads; ++i) {
+        threads.emplace_back([&, i] {
+          matmul(x.data(), T, w.view, parts.data(), N, N * i / n_threads, N * (i + 1) / n_threads);
+        });
+      }
+      for (auto& th : threads) th.join();
+      for (size_t i = 0; i < whole.size(); ++i) ASSERT_TRUE(same_bits(whole[i], parts[i])) << i;
+    }
+  }
+}
+
+TEST(KernelsMatmul, EmptyRangeWritesNothing) {
+  auto w = make_weights(random_floats(4 * 32, 1), 4, 32, DType::Q8_0);
+  auto x = random_floats(32, 2);
+  float y[4] = {5, 5, 5, 5};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    matmul(x.data(), 1, w.view, y, 4, 2, 2);
+    matmul(x.data(), 0, w.view, y, 4, 0, 4);
+    for (float v : y) EXPECT_EQ(v, 5.0f);
+  }
+}
+
+TEST(KernelsDispatch, ForcedIsaFallsBackAndRestores) {
+  const Isa saved = active_isa();
+  force_isa(Isa::Scalar);
+  EXPECT_EQ(active_isa(), Isa::Scalar);
+  // There are no AVX-512 kernels yet: asking for them runs the best available (never Avx512).
+  force_isa(Isa::Avx512);
+  EXPECT_NE(active_isa(), Isa::Avx512);
+  force_isa(saved);
+  EXPECT_EQ(active_isa(), saved);
+  EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
+}
+
+}  // namespace
+}  // namespace ember::cpu

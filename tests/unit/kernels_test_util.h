@@ -1,0 +1,67 @@
+// Helpers shared by the Kernels* tests: seeded random data, weight matrices in any dtype, and a
+// guard that runs a test body once per ISA the CPU supports and restores the dispatcher after.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "ember/core/dtype.h"
+#include "ember/kernels/cpu/kernels.h"
+#include "ember/kernels/cpu/quantize.h"
+
+namespace ember::test {
+
+inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// Owns the bytes of a [n_rows, n_cols] matrix stored as `dtype` (converted from f32 row by row).
+struct OwnedWeights {
+  std::vector<uint8_t> bytes;
+  cpu::WeightMatrix view;
+};
+
+inline OwnedWeights make_weights(const std::vector<float>& values, int64_t n_rows, int64_t n_cols,
+                                 DType dtype) {
+  OwnedWeights w;
+  const int64_t row_bytes = dtype_row_bytes(dtype, n_cols);
+  w.bytes.resize(static_cast<size_t>(row_bytes * n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    cpu::convert_row(values.data() + r * n_cols, dtype, w.bytes.data() + r * row_bytes, n_cols);
+  }
+  w.view = {dtype, w.bytes.data(), n_rows, n_cols, row_bytes};
+  return w;
+}
+
+// The ISAs this CPU can run (Scalar always; Avx2 when the dispatcher accepts it).
+inline std::vector<cpu::Isa> supported_isas() {
+  const cpu::Isa saved = cpu::active_isa();
+  std::vector<cpu::Isa> isas = {cpu::Isa::Scalar};
+  cpu::force_isa(cpu::Isa::Avx2);
+  if (cpu::active_isa() == cpu::Isa::Avx2) isas.push_back(cpu::Isa::Avx2);
+  cpu::force_isa(saved);
+  return isas;
+}
+
+// Forces `isa` for its lifetime and restores the previous choice. Usage:
+//   for (cpu::Isa isa : supported_isas()) { IsaScope scope(isa); SCOPED_TRACE(...); ... }
+class IsaScope {
+ public:
+  explicit IsaScope(cpu::Isa isa) : saved_(cpu::active_isa()) { cpu::force_isa(isa); }
+  ~IsaScope() { cpu::force_isa(saved_); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+
+ private:
+  cpu::Isa saved_;
+};
+
+}  // namespace ember::test
