@@ -56,7 +56,7 @@ EMBER_AVX2_INLINE __m256 exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.01f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
