@@ -94,6 +94,7 @@ TEST(GgufParse, SmallFileRoundTrip) {
   EXPECT_EQ(f.get_int("llama.flag"), 1);                          // bools read as 0/1
   EXPECT_EQ(f.find("llama.flag")->to_display(), "true");
   EXPECT_EQ(f.find("llama.signed")->to_display(), "-5");
+  EXPECT_EQ(f.find("llama.attention.layer_norm_rms_epsilon")->to_display(), "1e-05");
   EXPECT_FALSE(f.find("llama.flag")->is_integer());
   EXPECT_TRUE(f.find("llama.big")->is_integer());
   EXPECT_FALSE(f.find("general.architecture")->as_int().has_value());

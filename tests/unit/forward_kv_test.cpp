@@ -101,5 +101,69 @@ TEST(ForwardKv, DecodeEqualsPrefillOnDummyGqaModel) {
   expect_decode_matches_prefill(m.weights, tokens, 16);
 }
 
+TEST(ForwardKv, DecodeEqualsPrefillOnDummyQwen2WithBiasAndTiedEmbeddings) {
+  auto dir = test::scratch_dir("dummy-qwen2");
+  std::ofstream(dir / "config.json") << R"({
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 200,
+    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 256,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16"})";
+  LoadOptions o;
+  o.path = dir.string();
+  o.dummy = true;
+  o.dtype = DType::F32;
+  o.load_tokenizer = false;
+  LoadedModel m = load_model(o);
+  ASSERT_TRUE(m.weights.config.attention_bias);
+  ASSERT_NE(m.weights.layers[0].bq, nullptr);
+  EXPECT_EQ(m.weights.lm_head.data, m.weights.embed.data);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 21; ++i) tokens.push_back((i * 13 + 5) % 200);
+  expect_decode_matches_prefill(m.weights, tokens, 8);
+}
+
+TEST(ForwardKv, QuantizedWeightsStayCloseToF32OnStories260K) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  // Real text the model was trained on, so perplexity is meaningful (low single digits).
+  std::vector<int32_t> tokens;
+  {
+    LoadOptions o;
+    o.path = path.string();
+    LoadedModel m = load_model(o);
+    tokens = m.tokenizer->encode(
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+        "park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.",
+        true);
+  }
+  auto perplexity = [&](std::optional<DType> dtype) {
+    LoadOptions o;
+    o.path = path.string();
+    o.dtype = dtype;
+    o.load_tokenizer = false;
+    LoadedModel m = load_model(o);
+    EngineOptions eo;
+    eo.n_threads = 1;
+    Engine engine(m.weights, eo);
+    Sequence seq;
+    auto z = engine.feed(seq, tokens, true);
+    const int64_t V = m.weights.config.vocab_size;
+    double nll = 0;
+    for (size_t t = 0; t + 1 < tokens.size(); ++t) {
+      const float* row = z.data() + t * V;
+      double mx = *std::max_element(row, row + V), s = 0;
+      for (int64_t v = 0; v < V; ++v) s += std::exp(row[v] - mx);
+      nll += std::log(s) + mx - row[tokens[t + 1]];
+    }
+    return std::exp(nll / static_cast<double>(tokens.size() - 1));
+  };
+  double f32 = perplexity(std::nullopt);
+  EXPECT_NEAR(perplexity(DType::F16), f32, 0.01 * f32);
+  EXPECT_NEAR(perplexity(DType::BF16), f32, 0.02 * f32);
+  EXPECT_NEAR(perplexity(DType::Q8_0), f32, 0.02 * f32);
+  EXPECT_NEAR(perplexity(DType::Q4_0), f32, 0.25 * f32);
+}
+
 }  // namespace
 }  // namespace ember

@@ -1,4 +1,4 @@
-// ember: an LLM inference engine. Subcommands: run, inspect, score.
+// ember: an LLM inference engine. Subcommands: run, inspect, score, bench.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   ember::cli::Command run = ember::cli::add_run_command(app);
   ember::cli::Command inspect = ember::cli::add_inspect_command(app);
   ember::cli::Command score = ember::cli::add_score_command(app);
+  ember::cli::Command bench = ember::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("inspect")) return inspect();
     if (app.got_subcommand("score")) return score();
+    if (app.got_subcommand("bench")) return bench();
   } catch (const ember::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

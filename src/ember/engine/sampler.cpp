@@ -26,15 +26,9 @@ double uniform01(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
-// Replaces each candidate's value (a logit) with its softmax probability over the candidates.
-void softmax_in_place(std::span<Candidate> c, float temperature) {
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (const Candidate& x : c) max_logit = std::max(max_logit, x.first);
-  if (max_logit == -std::numeric_limits<float>::infinity()) {
-    // Everything masked out: fall back to uniform rather than 0/0.
-    for (Candidate& x : c) x.first = 1.0f / static_cast<float>(c.size());
-    return;
-  }
+// Replaces each candidate's value (a logit) with its probability under softmax(logit / T);
+// `max_logit` (finite, the largest among them) keeps exp() in range.
+void softmax_in_place(std::span<Candidate> c, float max_logit, float temperature) {
   double sum = 0.0;
   for (Candidate& x : c) {
     x.first = std::exp((x.first - max_logit) / temperature);
@@ -105,21 +99,27 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   } else if (use_top_p) {
     std::sort(candidates_.begin(), candidates_.end(), higher);
   }
-  std::vector<float> kept_logits(n);
-  for (size_t i = 0; i < n; ++i) kept_logits[i] = candidates_[i].first;
   std::span<Candidate> cand(candidates_.data(), n);
 
-  // Filters work on the untempered distribution (as llama.cpp's default chain does): temperature
-  // only reshapes the final draw among the survivors.
-  softmax_in_place(cand, 1.0f);
+  // The filters judge the untempered distribution (as llama.cpp's default chain does);
+  // temperature only reshapes the final draw among the survivors. They read probabilities off
+  // the logits (p_i / p_max = exp(l_i - l_max)), so the logits stay in place for that draw.
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (const Candidate& c : cand) max_logit = std::max(max_logit, c.first);
+  if (!(max_logit > -std::numeric_limits<float>::infinity())) {
+    return cand[0].second;  // every logit is -inf (or NaN): nothing to weigh
+  }
 
   if (use_top_p) {
     // Smallest prefix of the sorted candidates whose mass reaches top_p; always at least one.
+    double total = 0.0;
+    for (const Candidate& c : cand) total += std::exp(static_cast<double>(c.first - max_logit));
+    const double target = static_cast<double>(params_.top_p) * total;
     double cumulative = 0.0;
     size_t keep = n;
     for (size_t i = 0; i < n; ++i) {
-      cumulative += cand[i].first;
-      if (cumulative >= params_.top_p) {
+      cumulative += std::exp(static_cast<double>(cand[i].first - max_logit));
+      if (cumulative >= target) {
         keep = i + 1;
         break;
       }
@@ -129,26 +129,19 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
 
   if (params_.min_p > 0.0f) {
-    float p_max = 0.0f;
-    for (const Candidate& c : cand) p_max = std::max(p_max, c.first);
-    // Capped at p_max so the most likely token always survives, even for min_p > 1.
-    const float threshold = std::min(params_.min_p * p_max, p_max);
-    // Compact in place, keeping order and (through kept_logits) each survivor's logit.
+    // p >= min_p * p_max  <=>  logit >= l_max + log(min_p). Capping min_p at 1 keeps the most
+    // likely token whatever the setting.
+    const float threshold = max_logit + std::log(std::min(params_.min_p, 1.0f));
     size_t w = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (cand[i].first >= threshold) {
-        cand[w] = cand[i];
-        kept_logits[w] = kept_logits[i];
-        ++w;
-      }
+      if (cand[i].first >= threshold) cand[w++] = cand[i];
     }
     n = w;
     cand = cand.first(n);
   }
 
   // Temperature, then the draw: softmax(logit / T) over the survivors.
-  for (size_t i = 0; i < n; ++i) cand[i].first = kept_logits[i];
-  softmax_in_place(cand, params_.temperature);
+  softmax_in_place(cand, max_logit, params_.temperature);
   const double target = uniform01(rng_);
   double cumulative = 0.0;
   for (size_t i = 0; i < n; ++i) {

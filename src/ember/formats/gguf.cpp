@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <unordered_set>
 
 #include "ember/core/error.h"
 
@@ -163,9 +164,11 @@ std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
   return out;
 }
 
-std::string format_double(double d) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.9g", d);
+// Display precision: 7 significant digits is what a float32 carries (1e-5f prints as "1e-05",
+// not "9.99999975e-06"); float64 gets 15.
+std::string format_number(double d, int digits) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.*g", digits, d);
   return buf;
 }
 
@@ -281,8 +284,8 @@ std::string GgufValue::to_display(size_t max_items) const {
     case GgufType::Int16:
     case GgufType::Int32:
     case GgufType::Int64: return std::to_string(int_value);
-    case GgufType::Float32:
-    case GgufType::Float64: return format_double(float_value);
+    case GgufType::Float32: return format_number(float_value, 7);
+    case GgufType::Float64: return format_number(float_value, 15);
     case GgufType::String: return quote(string_value);
     case GgufType::Array: {
       std::string out = "[";
@@ -328,6 +331,7 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
                 " is larger than the file can hold (corrupt or truncated file)");
   }
   metadata_.reserve(static_cast<size_t>(kv_count));
+  std::unordered_set<std::string> keys;  // a crafted file may hold many keys: no quadratic scan
   for (uint64_t i = 0; i < kv_count; ++i) {
     std::string where = "metadata entry #" + std::to_string(i);
     std::string key = r.read_string(where + " key");
@@ -337,7 +341,7 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
       throw Error(path + ": metadata key '" + key + "' has unknown value type " +
                   std::to_string(type));
     }
-    if (find(key) != nullptr) throw Error(path + ": duplicate metadata key '" + key + "'");
+    if (!keys.insert(key).second) throw Error(path + ": duplicate metadata key '" + key + "'");
     metadata_.emplace_back(key, read_value(r, static_cast<GgufType>(type), path, what, 0));
   }
 

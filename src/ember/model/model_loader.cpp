@@ -67,6 +67,11 @@ class WeightBuilder {
     if (ckpt_.format == CheckpointFormat::ConfigOnly) return random_matrix(expected);
     const TensorView& src = find(expected).view;
     DType target = dtype_.value_or(src.dtype);
+    // Quantized blocks span 32 inputs; a matrix whose rows are not a multiple of that (e.g.
+    // stories260K's d_ffn = 172) stays in its float dtype, as llama.cpp's quantizer does.
+    if (dtype_is_quantized(target) && cols % kQuantBlock != 0) {
+      target = dtype_is_quantized(src.dtype) ? DType::F32 : src.dtype;
+    }
     cpu::WeightMatrix source{src.dtype, src.data, rows, cols, dtype_row_bytes(src.dtype, cols)};
     bool permute = permute_qk && ckpt_.qk_rows_interleaved;
     if (target == src.dtype && !permute) return source;  // zero-copy view into the mapping
@@ -106,6 +111,7 @@ class WeightBuilder {
   cpu::WeightMatrix random_matrix(const ExpectedTensor& expected) {
     int64_t rows = expected.shape[0], cols = expected.shape[1];
     DType target = dtype_.value_or(DType::BF16);
+    if (dtype_is_quantized(target) && cols % kQuantBlock != 0) target = DType::BF16;
     cpu::WeightMatrix out{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
     uint8_t* dst = w_.allocate(static_cast<size_t>(rows * out.row_bytes));
     out.data = dst;

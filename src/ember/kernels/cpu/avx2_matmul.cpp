@@ -104,36 +104,42 @@ EMBER_AVX2 void tile_quant(const float* x, int64_t K, const uint8_t* w, int64_t 
 template <DType kDtype, int R, int NT>
 EMBER_AVX2_INLINE void tile(const float* x, int64_t K, const uint8_t* w, int64_t row_bytes,
                             float* y, int64_t ldy) {
-  if constexpr (kDtype == DType::Q8_0 || kDtype == DType::Q4_0) {
+  if constexpr (kDtype == DType::Q8_0 || kDtype == DType::Q4_0) {  // K % 32 == 0
     tile_quant<kDtype, R, NT>(x, K, w, row_bytes, y, ldy);
   } else {
     tile_float<kDtype, R, NT>(x, K, w, row_bytes, y, ldy);
   }
 }
 
-// Tokens t0 .. t0 + nt (nt in 1..4) against rows [n, n + R).
+// Prefill tile shape, sized to the 16 ymm registers. Float rows: 4 rows x 3 tokens = 12
+// accumulators + 3 activation vectors + 1 weight vector. Quantized rows keep a whole expanded
+// block (4 vectors) live per row, so: 2 rows x 4 tokens = 8 accumulators + 4 + 1.
+template <DType kDtype>
+constexpr bool kIsQuant = kDtype == DType::Q8_0 || kDtype == DType::Q4_0;
+template <DType kDtype>
+constexpr int kRows = kIsQuant<kDtype> ? 2 : 4;
+template <DType kDtype>
+constexpr int kTokens = kIsQuant<kDtype> ? 4 : 3;
+
+// Tokens [t, t + nt) (nt in 1..4) against rows [n, n + R).
 template <DType kDtype, int R>
 EMBER_AVX2_INLINE void tile_tokens(const float* x, int nt, int64_t K, const uint8_t* w,
                                    int64_t row_bytes, float* y, int64_t ldy) {
-  switch (nt) {
-    case 1:
-      tile<kDtype, R, 1>(x, K, w, row_bytes, y, ldy);
-      break;
-    case 2:
-      tile<kDtype, R, 2>(x, K, w, row_bytes, y, ldy);
-      break;
-    case 3:
-      tile<kDtype, R, 3>(x, K, w, row_bytes, y, ldy);
-      break;
-    default:
-      tile<kDtype, R, 4>(x, K, w, row_bytes, y, ldy);
-      break;
+  if (nt == 1) {
+    tile<kDtype, R, 1>(x, K, w, row_bytes, y, ldy);
+  } else if (nt == 2) {
+    tile<kDtype, R, 2>(x, K, w, row_bytes, y, ldy);
+  } else if (nt == 3) {
+    tile<kDtype, R, 3>(x, K, w, row_bytes, y, ldy);
+  } else {
+    tile<kDtype, R, 4>(x, K, w, row_bytes, y, ldy);
   }
 }
 
 // Decode (T = 1): 8 rows at a time give 8 independent FMA chains to cover the FMA latency.
-// Prefill (T > 1): 2 rows x 4 tokens, so each converted weight chunk serves 4 tokens; the row
-// pair (a few KiB) stays in L1 while all token groups stream past it.
+// Prefill (T > 1): kRows x kTokens tiles, so each converted weight chunk serves several tokens and
+// each activation chunk several rows; the tile's rows (a few KiB) stay in L1 while all token
+// groups stream past them.
 template <DType kDtype>
 EMBER_AVX2 void matmul_dtype(const float* x, int64_t T, const WeightMatrix& w, float* y,
                              int64_t ldy, int64_t row_begin, int64_t row_end) {
@@ -146,15 +152,16 @@ EMBER_AVX2 void matmul_dtype(const float* x, int64_t T, const WeightMatrix& w, f
     for (; n < row_end; ++n) tile<kDtype, 1, 1>(x, K, base + n * rb, rb, y + n, ldy);
     return;
   }
-  for (; n + 2 <= row_end; n += 2) {
-    for (int64_t t = 0; t < T; t += 4) {
-      const int nt = static_cast<int>(std::min<int64_t>(4, T - t));
-      tile_tokens<kDtype, 2>(x + t * K, nt, K, base + n * rb, rb, y + t * ldy + n, ldy);
+  constexpr int R = kRows<kDtype>, NT = kTokens<kDtype>;
+  for (; n + R <= row_end; n += R) {
+    for (int64_t t = 0; t < T; t += NT) {
+      const int nt = static_cast<int>(std::min<int64_t>(NT, T - t));
+      tile_tokens<kDtype, R>(x + t * K, nt, K, base + n * rb, rb, y + t * ldy + n, ldy);
     }
   }
   for (; n < row_end; ++n) {
-    for (int64_t t = 0; t < T; t += 4) {
-      const int nt = static_cast<int>(std::min<int64_t>(4, T - t));
+    for (int64_t t = 0; t < T; t += NT) {
+      const int nt = static_cast<int>(std::min<int64_t>(NT, T - t));
       tile_tokens<kDtype, 1>(x + t * K, nt, K, base + n * rb, rb, y + t * ldy + n, ldy);
     }
   }

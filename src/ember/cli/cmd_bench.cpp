@@ -1,0 +1,159 @@
+// `ember bench`: like llama-bench. pp: one P-token prompt in a single forward step (tok/s);
+// tg: B sequences decoding N tokens together, one step per token (aggregate tok/s).
+// Median and spread over repetitions, after a warm-up that is not counted.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "ember/cli/commands.h"
+#include "ember/core/error.h"
+#include "ember/engine/engine.h"
+#include "ember/engine/sampler.h"
+#include "ember/kernels/cpu/kernels.h"
+
+namespace ember::cli {
+
+namespace {
+
+struct BenchOptions {
+  ModelOptions model;
+  int64_t prompt_tokens = 512;
+  int64_t gen_tokens = 128;
+  int64_t batch = 1;
+  int repetitions = 3;
+  bool json = false;
+};
+
+struct Summary {
+  double median = 0, min = 0, max = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One prefill of `n` random tokens; returns seconds.
+double time_prefill(Engine& engine, int64_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(engine.vocab_size() - 1));
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (auto& t : tokens) t = pick(rng);
+  Sequence seq;
+  double start = now_seconds();
+  engine.feed(seq, tokens);
+  double elapsed = now_seconds() - start;
+  engine.release(seq);
+  return elapsed;
+}
+
+// B sequences, each started from one token, then n decode steps of B tokens (greedy); seconds.
+double time_decode(Engine& engine, int64_t batch, int64_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(engine.vocab_size() - 1));
+  std::vector<Sequence> seqs(static_cast<size_t>(batch));
+  std::vector<int32_t> next(static_cast<size_t>(batch));
+  for (auto& t : next) t = pick(rng);
+  std::vector<FeedRequest> requests(static_cast<size_t>(batch));
+  const int64_t V = engine.vocab_size();
+  auto step = [&] {
+    for (int64_t b = 0; b < batch; ++b) {
+      requests[b] = {&seqs[b], std::span<const int32_t>(&next[b], 1), false};
+    }
+    std::span<const float> logits = engine.feed(requests);
+    for (int64_t b = 0; b < batch; ++b) next[b] = argmax(logits.subspan(b * V, V));
+  };
+  step();  // each sequence's first token: not timed, it only opens the context
+  double start = now_seconds();
+  for (int64_t i = 0; i < n; ++i) step();
+  double elapsed = now_seconds() - start;
+  for (auto& s : seqs) engine.release(s);
+  return elapsed;
+}
+
+int bench_command(const BenchOptions& o) {
+  if (o.prompt_tokens < 0 || o.gen_tokens < 0 || o.batch < 1 || o.repetitions < 1) {
+    throw Error("bench: -p and -n must be >= 0, --batch and -r >= 1");
+  }
+  LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
+  EngineOptions eo;
+  eo.n_threads = o.model.threads;
+  eo.max_context = std::max<int64_t>({o.prompt_tokens, o.gen_tokens + 1, 16});
+  eo.max_sequences = o.batch;
+  Engine engine(model.weights, eo);
+  std::mt19937 rng(42);
+
+  // Warm-up: touch every weight page and the KV pool once.
+  time_prefill(engine, std::min<int64_t>(16, eo.max_context), rng);
+  if (o.gen_tokens > 0) time_decode(engine, o.batch, std::min<int64_t>(4, o.gen_tokens), rng);
+
+  std::vector<double> pp, tg;
+  for (int r = 0; r < o.repetitions; ++r) {
+    if (o.prompt_tokens > 0) pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
+    if (o.gen_tokens > 0) {
+      tg.push_back(static_cast<double>(o.batch * o.gen_tokens) /
+                   time_decode(engine, o.batch, o.gen_tokens, rng));
+    }
+  }
+  Summary pps = summarize(pp), tgs = summarize(tg);
+  const ModelConfig& c = model.weights.config;
+  const double weight_mb = static_cast<double>(model.weights.matrix_bytes()) / 1e6;
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["model"] = model.checkpoint.path;
+    j["dtype"] = dtype_name(model.matrix_dtype);
+    j["isa"] = cpu::isa_name(cpu::active_isa());
+    j["threads"] = engine.n_threads();
+    j["batch"] = o.batch;
+    j["repetitions"] = o.repetitions;
+    j["load_seconds"] = model.load_seconds;
+    j["matrix_bytes"] = model.weights.matrix_bytes();
+    j["n_params_layers"] = c.n_layers;
+    if (!pp.empty()) j["pp"] = {{"tokens", o.prompt_tokens}, {"tok_per_s", pps.median}, {"min", pps.min}, {"max", pps.max}, {"runs", pp}};
+    if (!tg.empty()) j["tg"] = {{"tokens", o.gen_tokens}, {"tok_per_s", tgs.median}, {"min", tgs.min}, {"max", tgs.max}, {"runs", tg}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model %s: %s, %.1f MB of matrices, isa %s, %d threads, ready in %.3f s\n",
+              model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype), weight_mb,
+              cpu::isa_name(cpu::active_isa()), engine.n_threads(), model.load_seconds);
+  std::printf("| %-8s | %5s | %12s | %21s |\n", "test", "batch", "tok/s (med)", "min .. max");
+  if (!pp.empty()) {
+    std::printf("| pp%-6lld | %5d | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.prompt_tokens, 1,
+                pps.median, pps.min, pps.max);
+  }
+  if (!tg.empty()) {
+    std::printf("| tg%-6lld | %5lld | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.gen_tokens,
+                (long long)o.batch, tgs.median, tgs.min, tgs.max);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed (like llama-bench)");
+  o->model.add_to(*cmd);
+  cmd->add_option("-p,--n-prompt", o->prompt_tokens, "Prompt tokens for the prefill test (0: skip)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->gen_tokens, "Tokens to decode per sequence (0: skip)")->capture_default_str();
+  cmd->add_option("-b,--batch", o->batch, "Sequences decoding together")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->repetitions, "Timed repetitions (median reported)")->capture_default_str();
+  cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
+  cmd->add_flag("--json", o->json, "Machine-readable output");
+  return [o] { return bench_command(*o); };
+}
+
+}  // namespace ember::cli
