@@ -61,7 +61,7 @@ void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int3
   engine.release(inc);
   engine.release(half);
   engine.release(other);
-  EXPECT_EQ(engine.kv_pool().used_blocks(), 0);
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
 }
 
 TEST(ForwardKv, DecodeEqualsPrefillOnStories260K) {
@@ -121,6 +121,39 @@ TEST(ForwardKv, DecodeEqualsPrefillOnDummyQwen2WithBiasAndTiedEmbeddings) {
   std::vector<int32_t> tokens;
   for (int i = 0; i < 21; ++i) tokens.push_back((i * 13 + 5) % 200);
   expect_decode_matches_prefill(m.weights, tokens, 8);
+}
+
+TEST(ForwardKv, PrefixCachedBlocksGiveTheSameLogitsAsRecompute) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  LoadOptions o;
+  o.path = path.string();
+  o.load_tokenizer = false;
+  LoadedModel m = load_model(o);
+  EngineOptions eo;
+  eo.n_threads = 2;
+  eo.max_context = 128;
+  eo.max_sequences = 3;
+  eo.block_size = 8;
+  eo.prefix_caching = true;
+  Engine engine(m.weights, eo);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 45; ++i) prompt.push_back(1 + (i * 29) % 500);
+  const int64_t V = m.weights.config.vocab_size;
+
+  Sequence cold;
+  EXPECT_EQ(engine.attach_cached_prefix(cold, prompt), 0);
+  auto z = engine.feed(cold, std::span<const int32_t>(prompt).subspan(cold.tokens.size()));
+  std::vector<float> cold_logits(z.begin(), z.end());
+  engine.release(cold);  // blocks stay cached
+
+  Sequence warm;
+  EXPECT_EQ(engine.attach_cached_prefix(warm, prompt), 40);  // 5 full blocks of 8
+  EXPECT_EQ(engine.kv().stats().hit_blocks, 5);
+  auto w = engine.feed(warm, std::span<const int32_t>(prompt).subspan(warm.tokens.size()));
+  EXPECT_LE(max_rel_diff(w.data(), cold_logits.data(), V), 1e-5);
+  engine.release(warm);
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
 }
 
 TEST(ForwardKv, QuantizedWeightsStayCloseToF32OnStories260K) {

@@ -21,7 +21,7 @@ KvPoolShape pool_shape(const ModelWeights& w, const EngineOptions& o, int64_t co
   s.n_kv_heads = w.config.n_kv_heads;
   s.head_dim = w.config.head_dim;
   int64_t per_seq = (context + o.block_size - 1) / o.block_size;
-  s.n_blocks = per_seq * std::max<int64_t>(1, o.max_sequences);
+  s.n_blocks = o.kv_blocks > 0 ? o.kv_blocks : per_seq * std::max<int64_t>(1, o.max_sequences);
   return s;
 }
 
@@ -31,8 +31,8 @@ Engine::Engine(const ModelWeights& weights, const EngineOptions& options)
     : weights_(weights),
       max_context_(resolve_context(weights, options)),
       threads_(options.n_threads),
-      kv_pool_(pool_shape(weights, options, max_context_)),
-      forward_(weights, kv_pool_, threads_) {}
+      kv_(pool_shape(weights, options, max_context_), options.prefix_caching),
+      forward_(weights, kv_.pool(), threads_) {}
 
 std::span<const float> Engine::feed(Sequence& seq, std::span<const int32_t> tokens,
                                     bool all_logits) {
@@ -52,7 +52,7 @@ std::span<const float> Engine::feed(std::span<FeedRequest> requests) {
       throw Error("context full: " + std::to_string(new_len) + " tokens exceed the context of " +
                   std::to_string(max_context_) + " (raise --ctx)");
     }
-    if (!seq.block_table.reserve(kv_pool_, new_len)) {
+    if (!kv_.reserve(seq.block_table, new_len)) {
       throw Error("KV cache exhausted: no free block for " + std::to_string(new_len) + " tokens");
     }
   }
@@ -61,7 +61,7 @@ std::span<const float> Engine::feed(std::span<FeedRequest> requests) {
     int64_t first_row = static_cast<int64_t>(step_.tokens.size());
     int64_t n = static_cast<int64_t>(r.tokens.size());
     step_.tokens.insert(step_.tokens.end(), r.tokens.begin(), r.tokens.end());
-    step_.sequences.push_back({seq.block_table.blocks().data(), seq.n_cached, n});
+    step_.sequences.push_back({seq.block_table.blocks.data(), seq.n_cached, n});
     if (n > 0) {
       for (int64_t i = r.all_logits ? 0 : n - 1; i < n; ++i) {
         step_.logit_rows.push_back(static_cast<int32_t>(first_row + i));
@@ -74,12 +74,20 @@ std::span<const float> Engine::feed(std::span<FeedRequest> requests) {
     seq.tokens.resize(static_cast<size_t>(seq.n_cached));  // drop anything not yet cached
     seq.tokens.insert(seq.tokens.end(), r.tokens.begin(), r.tokens.end());
     seq.n_cached += static_cast<int64_t>(r.tokens.size());
+    kv_.commit(seq.block_table, seq.tokens);
   }
   return {logits.data(), step_.logit_rows.size() * static_cast<size_t>(vocab_size())};
 }
 
+int64_t Engine::attach_cached_prefix(Sequence& seq, std::span<const int32_t> prompt) {
+  int64_t n = kv_.match_prefix(seq.block_table, prompt);
+  seq.tokens.assign(prompt.begin(), prompt.begin() + n);
+  seq.n_cached = n;
+  return n;
+}
+
 void Engine::release(Sequence& seq) {
-  seq.block_table.release(kv_pool_);
+  kv_.release(seq.block_table);
   seq.n_cached = 0;
 }
 

@@ -10,7 +10,7 @@
 
 #include "ember/core/thread_pool.h"
 #include "ember/engine/sequence.h"
-#include "ember/kv/kv_block_pool.h"
+#include "ember/kv/kv_block_manager.h"
 #include "ember/model/forward.h"
 #include "ember/model/weights.h"
 
@@ -21,6 +21,8 @@ struct EngineOptions {
   int64_t max_context = 0;   // per sequence; 0: min(model's max positions, 4096)
   int64_t max_sequences = 1; // sizes the KV pool together with max_context
   int64_t block_size = 16;   // tokens per KV block
+  int64_t kv_blocks = 0;     // 0: enough for max_sequences x max_context
+  bool prefix_caching = false;
 };
 
 // What one sequence contributes to a multi-sequence step.
@@ -40,12 +42,17 @@ class Engine {
                               bool all_logits = false);
   // Several sequences in one forward step; logits rows follow the requests' order.
   std::span<const float> feed(std::span<FeedRequest> requests);
+  // For a fresh sequence about to run `prompt`: attaches the prefix-cached blocks of it and marks
+  // those tokens computed (seq.tokens = that prefix). Returns how many tokens were cached.
+  int64_t attach_cached_prefix(Sequence& seq, std::span<const int32_t> prompt);
   // Returns the sequence's blocks to the pool and forgets its cache.
   void release(Sequence& seq);
 
   const ModelWeights& weights() const { return weights_; }
-  const KvBlockPool& kv_pool() const { return kv_pool_; }
-  int64_t kv_bytes_in_use() const { return kv_pool_.used_blocks() * kv_pool_.bytes_per_block(); }
+  const KvBlockPool& kv_pool() const { return kv_.pool(); }
+  const KvBlockManager& kv() const { return kv_; }
+  KvBlockManager& kv() { return kv_; }
+  int64_t kv_bytes_in_use() const { return kv_.used_blocks() * kv_.pool().bytes_per_block(); }
   int64_t max_context() const { return max_context_; }
   int n_threads() const { return threads_.size(); }
   int64_t vocab_size() const { return weights_.config.vocab_size; }
@@ -54,7 +61,7 @@ class Engine {
   const ModelWeights& weights_;
   int64_t max_context_;
   ThreadPool threads_;
-  KvBlockPool kv_pool_;
+  KvBlockManager kv_;
   ForwardPass forward_;
   StepInput step_;
 };

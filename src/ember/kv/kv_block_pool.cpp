@@ -1,7 +1,5 @@
 #include "ember/kv/kv_block_pool.h"
 
-#include <string>
-
 #include "ember/core/error.h"
 
 namespace ember {
@@ -15,27 +13,6 @@ KvBlockPool::KvBlockPool(const KvPoolShape& shape) : shape_(shape) {
   // Zero-filled: unwritten slots are never read, but deterministic memory keeps tools quiet.
   keys_ = std::make_unique<float[]>(floats);
   values_ = std::make_unique<float[]>(floats);
-  ref_counts_.assign(static_cast<size_t>(shape.n_blocks), 0);
-  free_list_.reserve(static_cast<size_t>(shape.n_blocks));
-  for (int64_t b = shape.n_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<int32_t>(b));
-}
-
-int32_t KvBlockPool::allocate() {
-  if (free_list_.empty()) return -1;
-  int32_t block = free_list_.back();
-  free_list_.pop_back();
-  ref_counts_[block] = 1;
-  return block;
-}
-
-void KvBlockPool::retain(int32_t block) {
-  if (ref_counts_.at(block) <= 0) throw Error("KV cache: retain of free block " + std::to_string(block));
-  ++ref_counts_[block];
-}
-
-void KvBlockPool::release(int32_t block) {
-  if (ref_counts_.at(block) <= 0) throw Error("KV cache: double release of block " + std::to_string(block));
-  if (--ref_counts_[block] == 0) free_list_.push_back(block);
 }
 
 cpu::PagedKv KvBlockPool::layer_view(int64_t layer) const {

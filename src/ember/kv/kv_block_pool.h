@@ -2,13 +2,11 @@
 // names the same slot range in every layer, so one block table per sequence serves all layers.
 // Per layer, K and V are each laid out as
 //   [n_blocks, block_size, n_kv_heads, head_dim] float32
-// Blocks are reference-counted so sequences can share a prefix; a block returns to the free list
-// when its count drops to zero.
+// Which blocks are free, shared or cached is KvBlockManager's business; this is only memory.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "ember/kernels/cpu/kernels.h"
 
@@ -29,15 +27,6 @@ class KvBlockPool {
   const KvPoolShape& shape() const { return shape_; }
   int64_t block_size() const { return shape_.block_size; }
   int64_t n_blocks() const { return shape_.n_blocks; }
-  int64_t free_blocks() const { return static_cast<int64_t>(free_list_.size()); }
-  int64_t used_blocks() const { return n_blocks() - free_blocks(); }
-
-  // Takes a free block with reference count 1; returns -1 when the pool is exhausted.
-  int32_t allocate();
-  void retain(int32_t block);
-  // Drops one reference; the block is free again at zero.
-  void release(int32_t block);
-  int32_t ref_count(int32_t block) const { return ref_counts_.at(block); }
 
   // Float offset of (block, slot) inside a layer's K or V array.
   int64_t slot_offset(int32_t block, int64_t slot) const {
@@ -60,8 +49,6 @@ class KvBlockPool {
   KvPoolShape shape_;
   std::unique_ptr<float[]> keys_;
   std::unique_ptr<float[]> values_;
-  std::vector<int32_t> ref_counts_;
-  std::vector<int32_t> free_list_;  // LIFO: recently freed blocks are reused first (warm in cache)
 };
 
 }  // namespace ember

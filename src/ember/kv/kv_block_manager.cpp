@@ -1,0 +1,139 @@
+#include "ember/kv/kv_block_manager.h"
+
+#include <string>
+
+#include "ember/core/error.h"
+
+namespace ember {
+
+KvBlockManager::KvBlockManager(const KvPoolShape& shape, bool prefix_caching)
+    : pool_(shape), prefix_caching_(prefix_caching) {
+  size_t n = static_cast<size_t>(shape.n_blocks);
+  ref_counts_.assign(n, 0);
+  block_hash_of_.assign(n, 0);
+  lru_pos_.resize(n);
+  in_lru_.assign(n, false);
+  free_list_.reserve(n);
+  for (int64_t b = shape.n_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<int32_t>(b));
+}
+
+int64_t KvBlockManager::available_blocks() const {
+  return static_cast<int64_t>(free_list_.size() + lru_.size());
+}
+
+uint64_t KvBlockManager::block_hash(uint64_t parent, std::span<const int32_t> tokens) const {
+  // 64-bit mix of the parent hash and the token ids (splitmix finaliser per step); 0 is reserved.
+  uint64_t h = parent ^ 0x9E3779B97F4A7C15ull;
+  for (int32_t t : tokens) {
+    h ^= static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+  }
+  return h == 0 ? 1 : h;
+}
+
+int32_t KvBlockManager::take_block() {
+  int32_t block;
+  if (!free_list_.empty()) {
+    block = free_list_.back();
+    free_list_.pop_back();
+  } else if (!lru_.empty()) {
+    block = lru_.front();  // evict the least recently used cached block
+    lru_.pop_front();
+    in_lru_[block] = false;
+    cache_.erase(block_hash_of_[block]);
+    block_hash_of_[block] = 0;
+  } else {
+    return -1;
+  }
+  ref_counts_[block] = 1;
+  return block;
+}
+
+void KvBlockManager::retain(int32_t block) {
+  if (ref_counts_[block] == 0 && in_lru_[block]) {
+    lru_.erase(lru_pos_[block]);
+    in_lru_[block] = false;
+  }
+  ++ref_counts_[block];
+}
+
+void KvBlockManager::drop(int32_t block) {
+  if (ref_counts_.at(block) <= 0) {
+    throw Error("KV cache: release of free block " + std::to_string(block));
+  }
+  if (--ref_counts_[block] > 0) return;
+  if (block_hash_of_[block] != 0) {
+    lru_pos_[block] = lru_.insert(lru_.end(), block);  // most recently used at the back
+    in_lru_[block] = true;
+  } else {
+    free_list_.push_back(block);
+  }
+}
+
+int64_t KvBlockManager::match_prefix(KvBlockTable& table, std::span<const int32_t> tokens) {
+  if (!table.blocks.empty()) throw Error("KV cache: match_prefix needs an empty block table");
+  if (!prefix_caching_ || tokens.empty()) return 0;
+  const int64_t bs = block_size();
+  // Full blocks strictly before the one holding the last token.
+  const int64_t candidates = (static_cast<int64_t>(tokens.size()) - 1) / bs;
+  uint64_t parent = 0;
+  for (int64_t i = 0; i < candidates; ++i) {
+    ++stats_.queried_blocks;
+    auto block_tokens = tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs));
+    uint64_t h = block_hash(parent, block_tokens);
+    auto it = cache_.find(h);
+    if (it == cache_.end() ||
+        !std::equal(block_tokens.begin(), block_tokens.end(), it->second.tokens.begin())) {
+      stats_.queried_blocks += candidates - i - 1;  // the rest cannot hit once the chain breaks
+      break;
+    }
+    ++stats_.hit_blocks;
+    retain(it->second.block);
+    table.blocks.push_back(it->second.block);
+    table.hashes.push_back(h);
+    parent = h;
+  }
+  return static_cast<int64_t>(table.blocks.size()) * bs;
+}
+
+int64_t KvBlockManager::blocks_needed(const KvBlockTable& table, int64_t n_tokens) const {
+  int64_t needed = (n_tokens + block_size() - 1) / block_size();
+  return std::max<int64_t>(0, needed - static_cast<int64_t>(table.blocks.size()));
+}
+
+bool KvBlockManager::reserve(KvBlockTable& table, int64_t n_tokens) {
+  int64_t missing = blocks_needed(table, n_tokens);
+  if (missing > available_blocks()) return false;
+  for (int64_t i = 0; i < missing; ++i) table.blocks.push_back(take_block());
+  return true;
+}
+
+void KvBlockManager::commit(KvBlockTable& table, std::span<const int32_t> tokens) {
+  if (!prefix_caching_) return;
+  const int64_t bs = block_size();
+  const int64_t full = std::min<int64_t>(static_cast<int64_t>(tokens.size()) / bs,
+                                         static_cast<int64_t>(table.blocks.size()));
+  for (int64_t i = static_cast<int64_t>(table.hashes.size()); i < full; ++i) {
+    uint64_t parent = i == 0 ? 0 : table.hashes[static_cast<size_t>(i - 1)];
+    auto block_tokens = tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs));
+    uint64_t h = block_hash(parent, block_tokens);
+    table.hashes.push_back(h);
+    int32_t block = table.blocks[static_cast<size_t>(i)];
+    // Another sequence may have cached the same content first: keep theirs, ours stays private.
+    if (block_hash_of_[block] == 0 && cache_.find(h) == cache_.end()) {
+      block_hash_of_[block] = h;
+      cache_.emplace(h, CachedBlock{block, {block_tokens.begin(), block_tokens.end()}});
+    }
+  }
+}
+
+void KvBlockManager::release(KvBlockTable& table) {
+  // Later blocks first, so within one sequence the LRU evicts a prefix's tail before its head.
+  for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) drop(*it);
+  table.blocks.clear();
+  table.hashes.clear();
+}
+
+}  // namespace ember

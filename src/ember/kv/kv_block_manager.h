@@ -1,0 +1,81 @@
+// Owns the KV pool's blocks: reference counts, the free list and the prefix cache.
+//
+// Prefix caching (vLLM's automatic prefix caching): a full block is identified by
+// hash(parent block's hash, its block_size token ids). When a sequence starts, every leading full
+// block of its tokens whose hash is cached is shared (reference count + 1) instead of recomputed.
+// A block whose count drops to zero keeps its contents and hash and waits in an LRU list; it is
+// handed out again only when no never-used/uncached block is left, and then loses its hash.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "ember/kv/kv_block_pool.h"
+#include "ember/kv/kv_block_table.h"
+
+namespace ember {
+
+struct PrefixCacheStats {
+  int64_t queried_blocks = 0;  // full prompt blocks looked up
+  int64_t hit_blocks = 0;      // of which were found cached
+};
+
+class KvBlockManager {
+ public:
+  KvBlockManager(const KvPoolShape& shape, bool prefix_caching);
+
+  KvBlockPool& pool() { return pool_; }
+  const KvBlockPool& pool() const { return pool_; }
+  int64_t block_size() const { return pool_.block_size(); }
+  bool prefix_caching() const { return prefix_caching_; }
+
+  // For a sequence with an empty table: attaches every cached leading full block of `tokens`,
+  // never the block holding the last token (its logits must be computed). Returns the number of
+  // tokens whose K/V is now already in the cache (a multiple of block_size).
+  int64_t match_prefix(KvBlockTable& table, std::span<const int32_t> tokens);
+  // Makes the table cover `n_tokens` positions. Returns false, taking nothing, when too few
+  // blocks can be had (free or evictable).
+  bool reserve(KvBlockTable& table, int64_t n_tokens);
+  // Blocks needed to grow `table` to `n_tokens` positions.
+  int64_t blocks_needed(const KvBlockTable& table, int64_t n_tokens) const;
+  // After the K/V of tokens [0, tokens.size()) is in the cache: registers the newly completed
+  // full blocks in the prefix cache.
+  void commit(KvBlockTable& table, std::span<const int32_t> tokens);
+  // Drops the table's references; blocks that reach zero become free (or cached, if hashed).
+  void release(KvBlockTable& table);
+
+  int64_t n_blocks() const { return pool_.n_blocks(); }
+  // Blocks a new allocation can take: never-used + evictable cached ones.
+  int64_t available_blocks() const;
+  int64_t cached_blocks() const { return static_cast<int64_t>(lru_.size()); }
+  int64_t used_blocks() const { return n_blocks() - available_blocks(); }
+  int32_t ref_count(int32_t block) const { return ref_counts_.at(block); }
+  const PrefixCacheStats& stats() const { return stats_; }
+
+ private:
+  struct CachedBlock {
+    int32_t block;
+    std::vector<int32_t> tokens;  // guards against hash collisions
+  };
+
+  int32_t take_block();  // a free block, else the least recently used cached one; -1 if none
+  void retain(int32_t block);
+  void drop(int32_t block);
+  uint64_t block_hash(uint64_t parent, std::span<const int32_t> tokens) const;
+
+  KvBlockPool pool_;
+  bool prefix_caching_;
+  std::vector<int32_t> ref_counts_;
+  std::vector<int32_t> free_list_;                   // never hashed, count 0 (LIFO)
+  std::vector<uint64_t> block_hash_of_;              // 0 = not in the cache
+  std::unordered_map<uint64_t, CachedBlock> cache_;  // hash -> block
+  std::list<int32_t> lru_;                           // cached blocks with count 0, oldest first
+  std::vector<std::list<int32_t>::iterator> lru_pos_;
+  std::vector<bool> in_lru_;
+  PrefixCacheStats stats_;
+};
+
+}  // namespace ember
