@@ -4,6 +4,7 @@
 // if it is not at ../shared.
 #include <benchmark/benchmark.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -62,7 +63,9 @@ std::string english_like_text(size_t bytes) {
       text += ".\n\n";
       sentence_start = true;
     } else if (r < 13) {
-      text += " " + std::to_string(number(rng)) + " ";
+      text += ' ';
+      text += std::to_string(number(rng));
+      text += ' ';
     } else {
       text += ' ';
     }

@@ -117,7 +117,7 @@ TEST(PretokenizerSplit, InvalidUtf8PassesThrough) {
   Pretokenizer pre;
   pre.add_digits(true);
   pre.add_byte_level(false, true);
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("ab\xFF" "cd 12"), std::string("\xC3"), std::string("x\xE2\x82 y\xED\xA0\x80"),
         std::string("\x80\x80  \xF0\x9F\x98")}) {
     std::string joined;

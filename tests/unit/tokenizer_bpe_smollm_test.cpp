@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ember/tokenizer/bpe_tokenizer.h"
+#include "ember/tokenizer/byte_level.h"
 #include "ember/tokenizer/tokenizer_json.h"
 #include "test_util.h"
 #include "tokenizer_bpe_test_util.h"
@@ -160,8 +161,13 @@ TEST(TokenizerJsonSmolLM2, InvalidUtf8NeverCrashesAndRoundTrips) {
   }
   for (const std::string& s : inputs) {
     const Ids ids = tok.encode(s, false);
-    // Every byte has a token in the byte alphabet, so even malformed text survives exactly.
-    EXPECT_EQ(tok.decode(ids), s) << test::escape_bytes(s);
+    // SmolLM2 has a token for every byte except those that never occur in UTF-8 (and a few
+    // controls); as in HF tokenizers, those are dropped and everything else survives exactly.
+    std::string expected;
+    for (char c : s) {
+      if (tok.find_token(byte_level::byte_to_utf8(static_cast<uint8_t>(c))) >= 0) expected += c;
+    }
+    EXPECT_EQ(tok.decode(ids), expected) << test::escape_bytes(s);
     const Ids special = tok.encode_with_special(s, true, true);
     EXPECT_FALSE(special.empty());
   }

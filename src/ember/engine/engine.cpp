@@ -62,7 +62,7 @@ std::span<const float> Engine::feed(std::span<FeedRequest> requests) {
     int64_t n = static_cast<int64_t>(r.tokens.size());
     step_.tokens.insert(step_.tokens.end(), r.tokens.begin(), r.tokens.end());
     step_.sequences.push_back({seq.block_table.blocks.data(), seq.n_cached, n});
-    if (n > 0) {
+    if (n > 0 && r.wants_logits) {
       for (int64_t i = r.all_logits ? 0 : n - 1; i < n; ++i) {
         step_.logit_rows.push_back(static_cast<int32_t>(first_row + i));
       }

@@ -30,6 +30,7 @@ struct FeedRequest {
   Sequence* sequence = nullptr;
   std::span<const int32_t> tokens;  // appended to sequence->tokens and run
   bool all_logits = false;          // logits for every new token, else only for the last
+  bool wants_logits = true;         // false: no logits at all (a prompt chunk that is not the end)
 };
 
 class Engine {
@@ -40,7 +41,8 @@ class Engine {
   // else 1 (valid until the next call). Throws ember::Error when the context or KV pool is full.
   std::span<const float> feed(Sequence& seq, std::span<const int32_t> tokens,
                               bool all_logits = false);
-  // Several sequences in one forward step; logits rows follow the requests' order.
+  // Several sequences in one forward step; logits rows follow the requests' order (requests with
+  // wants_logits = false contribute none).
   std::span<const float> feed(std::span<FeedRequest> requests);
   // For a fresh sequence about to run `prompt`: attaches the prefix-cached blocks of it and marks
   // those tokens computed (seq.tokens = that prefix). Returns how many tokens were cached.

@@ -285,7 +285,7 @@ namespace {
 
 // A symbol of the piece being merged: a token id plus its neighbours in the live list.
 struct Symbol {
-  int32_t id;  // -1: a character with no token; kDead: merged into its left neighbour
+  int32_t id;  // kDead: merged into its left neighbour
   int32_t prev;
   int32_t next;
 };
@@ -322,16 +322,21 @@ void BpeTokenizer::merge_piece(std::string_view piece, bool raw_bytes,
     }
   }
 
+  // A character with no token becomes <unk> when there is one and is dropped otherwise, its
+  // neighbours then being adjacent for merging (HF's BPE model; SmolLM2, for one, has no token
+  // for bytes that never occur in UTF-8, such as 0xFF).
   std::vector<Symbol> symbols;
   symbols.reserve(piece.size());
+  const auto add_symbol = [&](int32_t id) {
+    if (id < 0) id = vocab_.unk_id;
+    if (id >= 0) symbols.push_back({id, 0, 0});
+  };
   if (raw_bytes) {
-    for (char c : piece) {
-      symbols.push_back({byte_ids_[static_cast<uint8_t>(c)], 0, 0});
-    }
+    for (char c : piece) add_symbol(byte_ids_[static_cast<uint8_t>(c)]);
   } else {
     for (size_t pos = 0; pos < piece.size();) {
       const size_t len = byte_level::utf8_char_len(piece, pos);
-      symbols.push_back({find_token(piece.substr(pos, len)), 0, 0});
+      add_symbol(find_token(piece.substr(pos, len)));
       pos += len;
     }
   }
@@ -348,7 +353,6 @@ void BpeTokenizer::merge_piece(std::string_view piece, bool raw_bytes,
     if (left < 0 || right < 0) return;
     const int32_t a = symbols[left].id;
     const int32_t b = symbols[right].id;
-    if (a < 0 || b < 0) return;
     const MergeTable::Slot* m = merges_->find(a, b);
     if (m != nullptr) queue.push({m->rank, left, right, a, b, m->merged});
   };
@@ -368,14 +372,7 @@ void BpeTokenizer::merge_piece(std::string_view piece, bool raw_bytes,
     try_queue(c.left, left.next);
   }
 
-  for (int32_t i = count > 0 ? 0 : -1; i >= 0; i = symbols[i].next) {
-    const int32_t id = symbols[i].id;
-    if (id >= 0) {
-      out.push_back(id);
-    } else if (vocab_.unk_id >= 0) {
-      out.push_back(vocab_.unk_id);
-    }
-  }
+  for (int32_t i = count > 0 ? 0 : -1; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
 }
 
 }  // namespace ember

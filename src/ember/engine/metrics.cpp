@@ -1,0 +1,77 @@
+#include "ember/engine/metrics.h"
+
+#include <cstdio>
+
+namespace ember {
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  ++counts_[i];
+  ++count_;
+  sum_ += value;
+}
+
+void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cumulative = 0;
+  char buf[128];
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    std::snprintf(buf, sizeof buf, "%s_bucket{le=\"%g\"} %llu\n", name.c_str(), bounds_[i],
+                  static_cast<unsigned long long>(cumulative));
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "%s_bucket{le=\"+Inf\"} %llu\n", name.c_str(),
+                static_cast<unsigned long long>(count_));
+  out += buf;
+  std::snprintf(buf, sizeof buf, "%s_sum %.9g\n%s_count %llu\n", name.c_str(), sum_, name.c_str(),
+                static_cast<unsigned long long>(count_));
+  out += buf;
+}
+
+std::string ServingMetrics::render_prometheus() const {
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type,
+                  name, value);
+    out += buf;
+  };
+  metric("ember_requests_total", "counter", "Requests accepted", static_cast<double>(requests_total));
+  metric("ember_requests_finished_total", "counter", "Requests finished (any reason)",
+         static_cast<double>(requests_finished));
+  metric("ember_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown)",
+         static_cast<double>(requests_cancelled));
+  metric("ember_requests_rejected_total", "counter", "Requests refused because the queue was full",
+         static_cast<double>(requests_rejected));
+  metric("ember_prompt_tokens_total", "counter", "Prompt tokens received",
+         static_cast<double>(prompt_tokens_total));
+  metric("ember_generation_tokens_total", "counter", "Tokens generated",
+         static_cast<double>(generation_tokens_total));
+  metric("ember_preemptions_total", "counter", "Sequences preempted for lack of KV blocks",
+         static_cast<double>(preemptions_total));
+  metric("ember_engine_steps_total", "counter", "Forward steps run", static_cast<double>(steps_total));
+  metric("ember_sequences_running", "gauge", "Sequences in the running batch", static_cast<double>(running));
+  metric("ember_sequences_waiting", "gauge", "Sequences waiting to be scheduled", static_cast<double>(waiting));
+  metric("ember_kv_blocks_total", "gauge", "KV cache blocks in the pool", static_cast<double>(kv_blocks_total));
+  metric("ember_kv_blocks_used", "gauge", "KV blocks referenced by sequences", static_cast<double>(kv_blocks_used));
+  metric("ember_kv_blocks_free", "gauge", "KV blocks free and holding nothing cached",
+         static_cast<double>(kv_blocks_free));
+  metric("ember_kv_blocks_cached", "gauge", "KV blocks free but holding a cached prefix",
+         static_cast<double>(kv_blocks_cached));
+  metric("ember_prefix_cache_queried_blocks_total", "counter", "Full prompt blocks looked up in the prefix cache",
+         static_cast<double>(prefix_queried_blocks));
+  metric("ember_prefix_cache_hit_blocks_total", "counter", "Full prompt blocks found in the prefix cache",
+         static_cast<double>(prefix_hit_blocks));
+  metric("ember_prefix_cache_hit_rate", "gauge", "Hit blocks / queried blocks",
+         prefix_queried_blocks > 0 ? static_cast<double>(prefix_hit_blocks) / static_cast<double>(prefix_queried_blocks) : 0.0);
+  ttft_seconds.render("ember_time_to_first_token_seconds", "Time from arrival to first token", out);
+  inter_token_seconds.render("ember_inter_token_latency_seconds", "Time between consecutive tokens of a request", out);
+  return out;
+}
+
+}  // namespace ember

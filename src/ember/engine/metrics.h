@@ -1,0 +1,50 @@
+// Prometheus-style counters and histograms for the serving engine, rendered in the text
+// exposition format by the /metrics endpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ember {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // Appends `name_bucket{le="..."} n`, `name_sum`, `name_count` lines.
+  void render(const std::string& name, const std::string& help, std::string& out) const;
+  uint64_t count() const { return count_; }
+  double sum() const { return sum_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+struct ServingMetrics {
+  uint64_t requests_total = 0;
+  uint64_t requests_finished = 0;
+  uint64_t requests_cancelled = 0;
+  uint64_t requests_rejected = 0;
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generation_tokens_total = 0;
+  uint64_t preemptions_total = 0;
+  uint64_t steps_total = 0;
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_free = 0;    // never used or uncached
+  int64_t kv_blocks_cached = 0;  // free but holding a cached prefix
+  int64_t prefix_queried_blocks = 0;
+  int64_t prefix_hit_blocks = 0;
+  Histogram ttft_seconds{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+  Histogram inter_token_seconds{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+
+  std::string render_prometheus() const;
+};
+
+}  // namespace ember
