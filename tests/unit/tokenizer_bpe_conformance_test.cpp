@@ -83,10 +83,18 @@ void run_suite(const std::string& name) {
   EXPECT_EQ(passed, cases.size());
 }
 
-TEST(BpeConformance, Gpt2) { run_suite("gpt-2"); }
-TEST(BpeConformance, Starcoder) { run_suite("starcoder"); }
-TEST(BpeConformance, Falcon) { run_suite("falcon"); }
-TEST(BpeConformance, DeepseekCoder) { run_suite("deepseek-coder"); }
+TEST(BpeConformance, Gpt2) {
+  run_suite("gpt-2");
+}
+TEST(BpeConformance, Starcoder) {
+  run_suite("starcoder");
+}
+TEST(BpeConformance, Falcon) {
+  run_suite("falcon");
+}
+TEST(BpeConformance, DeepseekCoder) {
+  run_suite("deepseek-coder");
+}
 
 TEST(BpeConformance, VocabularyMetadata) {
   const fs::path path = test::fixture("tokenizer-tests/ggml-vocab-gpt-2.gguf");

@@ -52,15 +52,18 @@ json tiny_tokenizer(bool merges_as_pairs = false) {
        {{"id", 303}, {"content", "[word]"}, {"special", false}, {"single_word", true}},
        {{"id", 304}, {"content", "<plain>"}, {"special", false}}});
   root["normalizer"] = nullptr;
-  root["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                           {"trim_offsets", true}, {"use_regex", true}};
+  root["pre_tokenizer"] = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", true}};
   root["post_processor"] = nullptr;
   root["decoder"] = {{"type", "ByteLevel"}};
   root["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges_json}};
   return root;
 }
 
-fs::path write_json(const fs::path& dir, const json& j, const std::string& name = "tokenizer.json") {
+fs::path write_json(const fs::path& dir, const json& j,
+                    const std::string& name = "tokenizer.json") {
   const fs::path path = dir / name;
   std::ofstream(path, std::ios::binary) << j.dump();
   return path;
@@ -96,7 +99,8 @@ TEST(TokenizerJson, TemplateProcessingAddsBos) {
   EXPECT_EQ(tok->decode({300, 256}), "he");
 
   // tokenizer_config.json beside it has the last word.
-  write_json(dir, {{"add_bos_token", false}, {"bos_token", "<s>"}, {"eos_token", {{"content", "</s>"}}}},
+  write_json(dir,
+             {{"add_bos_token", false}, {"bos_token", "<s>"}, {"eos_token", {{"content", "</s>"}}}},
              "tokenizer_config.json");
   const auto tok2 = load_bpe_tokenizer_json((dir / "tokenizer.json").string());
   EXPECT_FALSE(tok2->add_bos_default());
@@ -109,8 +113,7 @@ TEST(TokenizerJson, AddedTokenFlags) {
   const auto tok = load_bpe_tokenizer_json(write_json(dir, tiny_tokenizer()).string());
   // Special tokens split only with special parsing.
   EXPECT_EQ(tok->encode_with_special("<s>he", false, true), (Ids{300, 256}));
-  EXPECT_EQ(tok->encode_with_special("<s>he", false, false),
-            (Ids{'<', 's', '>', 256}));
+  EXPECT_EQ(tok->encode_with_special("<s>he", false, false), (Ids{'<', 's', '>', 256}));
   // lstrip/rstrip swallow the surrounding whitespace.
   EXPECT_EQ(tok->encode_with_special("he <mask> he", false, true), (Ids{256, 302, 256}));
   // Non-special added tokens split even without special parsing; their text is literal.
@@ -138,8 +141,7 @@ TEST(TokenizerJson, PreTokenizerSequenceWithSplitAndDigits) {
   const auto tok = load_bpe_tokenizer_json(write_json(dir, j).string());
   // "-" is removed; the prefix space is added to every piece; digits are separate.
   const Ids ids = tok->encode("hello-12", false);
-  EXPECT_EQ(ids, (Ids{' ', 259, ' ', '1', ' ', '2'}))
-      << test::join_ids(ids);
+  EXPECT_EQ(ids, (Ids{' ', 259, ' ', '1', ' ', '2'})) << test::join_ids(ids);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,8 +190,8 @@ TEST(TokenizerJsonErrors, MalformedFiles) {
   expect_error(write_json(dir, j, "bad_id.json"), "not a valid token id");
 
   j = tiny_tokenizer();
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
-                        {"behavior", "Isolated"}};
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   expect_error(write_json(dir, j, "bad_regex.json"), "invalid regex '(unclosed'");
 
   j = tiny_tokenizer();

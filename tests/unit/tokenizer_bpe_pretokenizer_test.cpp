@@ -83,7 +83,9 @@ TEST(PretokenizerGpt2, ByteLevelMappingIsLeftToTheModelWhenLast) {
   EXPECT_FALSE(out.needs_byte_level);
   ASSERT_EQ(out.pieces.size(), 2u);
   EXPECT_EQ(out.piece(0), "a");
-  EXPECT_EQ(out.piece(1), "\xC4\xA0" "b");
+  EXPECT_EQ(out.piece(1),
+            "\xC4\xA0"
+            "b");
 }
 
 TEST(PretokenizerSplit, Behaviors) {
@@ -117,9 +119,10 @@ TEST(PretokenizerSplit, InvalidUtf8PassesThrough) {
   Pretokenizer pre;
   pre.add_digits(true);
   pre.add_byte_level(false, true);
-  for (const std::string& text :
-       {std::string("ab\xFF" "cd 12"), std::string("\xC3"), std::string("x\xE2\x82 y\xED\xA0\x80"),
-        std::string("\x80\x80  \xF0\x9F\x98")}) {
+  for (const std::string& text : {std::string("ab\xFF"
+                                              "cd 12"),
+                                  std::string("\xC3"), std::string("x\xE2\x82 y\xED\xA0\x80"),
+                                  std::string("\x80\x80  \xF0\x9F\x98")}) {
     std::string joined;
     for (const std::string& p : run(pre, text)) joined += p;
     EXPECT_EQ(joined, text) << test::escape_bytes(text);
@@ -134,10 +137,11 @@ TEST(PretokenizerSplit, InvalidRegexIsAnError) {
 
 TEST(PretokenizerPresets, AllPresetsCompile) {
   for (const char* name :
-       {"default", "gpt-2", "mpt", "olmo", "phi-2", "starcoder", "refact", "smollm", "command-r",
-        "llama3", "llama-bpe", "llama-v3", "dbrx", "qwen2", "stablelm2", "falcon",
-        "deepseek-coder", "deepseek-llm", "deepseek-v3", "poro-chat", "bloom", "viking", "tekken",
-        "gpt-4o", "llama4", "seed-coder", "bailingmoe", "chatglm-bpe", "jais", "exaone"}) {
+       {"default",     "gpt-2",      "mpt",        "olmo",        "phi-2",          "starcoder",
+        "refact",      "smollm",     "command-r",  "llama3",      "llama-bpe",      "llama-v3",
+        "dbrx",        "qwen2",      "stablelm2",  "falcon",      "deepseek-coder", "deepseek-llm",
+        "deepseek-v3", "poro-chat",  "bloom",      "viking",      "tekken",         "gpt-4o",
+        "llama4",      "seed-coder", "bailingmoe", "chatglm-bpe", "jais",           "exaone"}) {
     const auto preset = gguf_pretokenizer_preset(name);
     ASSERT_TRUE(preset.has_value()) << name;
     EXPECT_TRUE(preset->pretokenizer.has_byte_level()) << name;
@@ -273,11 +277,10 @@ TEST(BpeGguf, MalformedMetadata) {
                                }),
                     "'tokenizer.ggml.token_type' has 2 entries");
 
-  expect_gguf_error(write_gguf("bos", tiny_gguf(),
-                               [](test::GgufWriter& w) {
-                                 w.kv_string("tokenizer.ggml.bos_token_id", "one");
-                               }),
-                    "'tokenizer.ggml.bos_token_id' has type");
+  expect_gguf_error(
+      write_gguf("bos", tiny_gguf(),
+                 [](test::GgufWriter& w) { w.kv_string("tokenizer.ggml.bos_token_id", "one"); }),
+      "'tokenizer.ggml.bos_token_id' has type");
 
   g = tiny_gguf();
   g.tokens.clear();

@@ -50,8 +50,8 @@ TEST(TokenizerJsonSmolLM2, KnownEncodings) {
   const std::vector<std::pair<std::string, Ids>> cases = {
       {"The quick brown fox jumps over the lazy dog.",
        {504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30}},
-      {"1234567890 + 3.14159", {33, 34, 35, 36, 37, 38, 39, 40, 41, 32, 1232, 216, 35, 30, 33, 36,
-                                33, 37, 41}},
+      {"1234567890 + 3.14159",
+       {33, 34, 35, 36, 37, 38, 39, 40, 41, 32, 1232, 216, 35, 30, 33, 36, 33, 37, 41}},
       {"The capital of France is", {504, 3575, 282, 4649, 314}},
   };
   for (const auto& [text, expected] : cases) {
@@ -94,17 +94,99 @@ TEST(TokenizerJsonSmolLM2, ChatSpecialTokens) {
 // A corpus of varied strings built from fragments by a seeded generator.
 std::vector<std::string> generate_corpus(size_t count) {
   static const std::vector<std::string> fragments = {
-      "the", "The", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "Hello", "world",
-      "don't", "I'M", "we'll", "she's", "they've", "It'S", "n't", "you'd",
-      "日本語", "中文字符", "한국어", "テキスト", "Русский", "Ελληνικά", "עברית", "العربية", "हिन्दी",
-      "😀", "👍🏽", "👨‍👩‍👧‍👦", "🚀", "🇫🇷", "❤️",
-      "e\xCC\x81", "a\xCC\x88\xCC\x81", "n\xCC\x83", "\xCC\x81",  // combining marks
-      " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\xC2\xA0", "\xE3\x80\x80", "\t\t  ",
-      "0", "7", "42", "1234567890", "3.14159", "1,000,000", "٣٤٥", "²", "Ⅻ",
-      "int main() {", "return 0;", "}", "x += 1;", "if (a != b) {", "std::vector<int>",
-      "def f(x):", "    pass", "#include <stdio.h>", "// comment", "/* block */", "a->b", "i++",
-      "!", "?", ".", ",", "...", "—", "–", "«", "»", "\"", "'", "`", "~", "$", "%", "@", "#",
-      "<|im_start|>", "<|im_end|>", "<", ">", "|",
+      "the",
+      "The",
+      "quick",
+      "brown",
+      "fox",
+      "jumps",
+      "over",
+      "lazy",
+      "dog",
+      "Hello",
+      "world",
+      "don't",
+      "I'M",
+      "we'll",
+      "she's",
+      "they've",
+      "It'S",
+      "n't",
+      "you'd",
+      "日本語",
+      "中文字符",
+      "한국어",
+      "テキスト",
+      "Русский",
+      "Ελληνικά",
+      "עברית",
+      "العربية",
+      "हिन्दी",
+      "😀",
+      "👍🏽",
+      "👨‍👩‍👧‍👦",
+      "🚀",
+      "🇫🇷",
+      "❤️",
+      "e\xCC\x81",
+      "a\xCC\x88\xCC\x81",
+      "n\xCC\x83",
+      "\xCC\x81",  // combining marks
+      " ",
+      "  ",
+      "   ",
+      "\t",
+      "\n",
+      "\n\n",
+      "\r\n",
+      " \n ",
+      "\xC2\xA0",
+      "\xE3\x80\x80",
+      "\t\t  ",
+      "0",
+      "7",
+      "42",
+      "1234567890",
+      "3.14159",
+      "1,000,000",
+      "٣٤٥",
+      "²",
+      "Ⅻ",
+      "int main() {",
+      "return 0;",
+      "}",
+      "x += 1;",
+      "if (a != b) {",
+      "std::vector<int>",
+      "def f(x):",
+      "    pass",
+      "#include <stdio.h>",
+      "// comment",
+      "/* block */",
+      "a->b",
+      "i++",
+      "!",
+      "?",
+      ".",
+      ",",
+      "...",
+      "—",
+      "–",
+      "«",
+      "»",
+      "\"",
+      "'",
+      "`",
+      "~",
+      "$",
+      "%",
+      "@",
+      "#",
+      "<|im_start|>",
+      "<|im_end|>",
+      "<",
+      ">",
+      "|",
   };
   std::mt19937 rng(12345);
   std::uniform_int_distribution<size_t> pick(0, fragments.size() - 1);
@@ -148,9 +230,21 @@ TEST(TokenizerJsonSmolLM2, InvalidUtf8NeverCrashesAndRoundTrips) {
   REQUIRE_SMOLLM();
   const BpeTokenizer& tok = smollm();
   std::vector<std::string> inputs = {
-      "\xFF", "\xFE\xFF", "abc\xC3", "\xC3(", "\xE2\x82", "\xE2\x82(", "\xED\xA0\x80",
-      "\xC0\xAF", "\xF4\x90\x80\x80", "\x80\x80\x80", "word \xF0\x9F\x98 word", "12\xFF" "34",
-      std::string("nul\0byte", 8), "<|im_start|>\xFF<|im_end|>",
+      "\xFF",
+      "\xFE\xFF",
+      "abc\xC3",
+      "\xC3(",
+      "\xE2\x82",
+      "\xE2\x82(",
+      "\xED\xA0\x80",
+      "\xC0\xAF",
+      "\xF4\x90\x80\x80",
+      "\x80\x80\x80",
+      "word \xF0\x9F\x98 word",
+      "12\xFF"
+      "34",
+      std::string("nul\0byte", 8),
+      "<|im_start|>\xFF<|im_end|>",
   };
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -170,6 +264,17 @@ TEST(TokenizerJsonSmolLM2, InvalidUtf8NeverCrashesAndRoundTrips) {
     EXPECT_EQ(tok.decode(ids), expected) << test::escape_bytes(s);
     const Ids special = tok.encode_with_special(s, true, true);
     EXPECT_FALSE(special.empty());
+  }
+}
+
+TEST(TokenizerJsonSmolLM2, LongRunsRoundTrip) {
+  REQUIRE_SMOLLM();
+  const BpeTokenizer& tok = smollm();
+  // Long runs stress the regex engine's backtracking (\s+(?!\S)) and the merge queue.
+  for (const std::string& s :
+       {std::string(200000, ' ') + "x", std::string(100000, '7'), std::string(100000, 'a'),
+        std::string(50000, '\n') + "end", std::string(30000, '!')}) {
+    EXPECT_EQ(tok.decode(tok.encode(s, false)), s) << s.size();
   }
 }
 

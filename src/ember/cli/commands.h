@@ -33,6 +33,7 @@ Command add_run_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
 Command add_score_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);
 
 // Default model when -m is absent: the stories260K fixture beside the repo (or $EMBER_FIXTURES).
 std::string default_model_path();

@@ -1,4 +1,4 @@
-// ember: an LLM inference engine. Subcommands: run, inspect, score, bench.
+// ember: an LLM inference engine. Subcommands: run, inspect, score, bench, serve.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   ember::cli::Command inspect = ember::cli::add_inspect_command(app);
   ember::cli::Command score = ember::cli::add_score_command(app);
   ember::cli::Command bench = ember::cli::add_bench_command(app);
+  ember::cli::Command serve = ember::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("inspect")) return inspect();
     if (app.got_subcommand("score")) return score();
     if (app.got_subcommand("bench")) return bench();
+    if (app.got_subcommand("serve")) return serve();
   } catch (const ember::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

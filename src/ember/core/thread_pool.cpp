@@ -1,14 +1,26 @@
 #include "ember/core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <string>
 #include <utility>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define EMBER_CPU_RELAX() _mm_pause()
+#else
+#define EMBER_CPU_RELAX() std::this_thread::yield()
+#endif
+
 namespace ember {
 
 namespace {
+
+// How long an idle thread spins before sleeping: long enough to bridge the gaps between the
+// kernels of one forward step, short enough not to burn a core between requests.
+constexpr auto kSpin = std::chrono::microseconds(100);
 
 // [begin, end) of chunk `index` when n items in units of `grain` are split over `parts` chunks.
 std::pair<int64_t, int64_t> chunk_range(int64_t n, int64_t grain, int parts, int index) {
@@ -17,6 +29,17 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int64_t grain, int parts, int
   int64_t first = index * per + std::min<int64_t>(index, extra);
   int64_t count = per + (index < extra ? 1 : 0);
   return {std::min(n, first * grain), std::min(n, (first + count) * grain)};
+}
+
+// Spins until pred() holds or kSpin has passed; returns pred().
+template <typename Pred>
+bool spin_until(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    EMBER_CPU_RELAX();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return pred();
+  }
 }
 
 }  // namespace
@@ -28,7 +51,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : d
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -42,41 +65,43 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
     fn(0, n, 0);
     return;
   }
+  job_ = &fn;
+  job_n_ = n;
+  job_grain_ = grain;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
+    // Under the mutex so a worker about to sleep cannot miss the bump.
     std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    job_n_ = n;
-    job_grain_ = grain;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   auto [b, e] = chunk_range(n, grain, n_threads_, 0);
   if (b < e) fn(b, e, 0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
+  if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
   job_ = nullptr;
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const RangeFn* job;
-    int64_t n, grain;
-    {
+    auto has_job = [&] {
+      return stopping_.load(std::memory_order_relaxed) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(has_job)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-      grain = job_grain_;
+      wake_.wait(lock, has_job);
     }
-    auto [b, e] = chunk_range(n, grain, n_threads_, index);
-    if (b < e) (*job)(b, e, index);
-    {
+    if (stopping_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    auto [b, e] = chunk_range(job_n_, job_grain_, n_threads_, index);
+    if (b < e) (*job_)(b, e, index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }

@@ -22,13 +22,29 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
   for (auto* w : ws) mats[n++] = w;
   n = 0;
   for (float* y : ys) outs[n++] = y;
-  for (int i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + mats[i]->n_rows;
+  bool any_quantized = false;
+  for (int i = 0; i < n; ++i) {
+    offsets[i + 1] = offsets[i] + mats[i]->n_rows;
+    any_quantized = any_quantized || dtype_is_quantized(mats[i]->dtype);
+  }
+  // Quantized weights multiply 8-bit activations: quantize the shared input once, not per thread
+  // and matrix.
+  if (any_quantized) {
+    const int64_t K = mats[0]->n_cols;
+    const size_t blocks = static_cast<size_t>(T * (K / kQuantBlock));
+    if (x_q8_.size() < blocks) x_q8_.resize(blocks);
+    cpu::quantize_activations(x, T, K, x_q8_.data());
+  }
   threads_.parallel_for(
       offsets[n],
       [&](int64_t begin, int64_t end, int) {
         for (int i = 0; i < n; ++i) {
           int64_t b = std::max(begin, offsets[i]), e = std::min(end, offsets[i + 1]);
-          if (b < e) {
+          if (b >= e) continue;
+          if (dtype_is_quantized(mats[i]->dtype)) {
+            cpu::matmul_q8(x_q8_.data(), T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i],
+                           e - offsets[i]);
+          } else {
             cpu::matmul(x, T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i], e - offsets[i]);
           }
         }

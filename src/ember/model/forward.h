@@ -53,6 +53,7 @@ class ForwardPass {
   std::vector<int32_t> positions_;            // [T]
   std::vector<const SequenceSlice*> token_seq_;  // [T]
   std::vector<float> final_rows_, logits_;
+  std::vector<cpu::BlockQ8Act> x_q8_;  // quantized matmul input, when weights are q8_0/q4_0
 };
 
 }  // namespace ember

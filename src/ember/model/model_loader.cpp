@@ -9,6 +9,8 @@
 #include "ember/formats/gguf.h"
 #include "ember/kernels/cpu/quantize.h"
 #include "ember/model/tensor_names.h"
+#include "ember/tokenizer/bpe_tokenizer.h"
+#include "ember/tokenizer/tokenizer_json.h"
 
 namespace ember {
 
@@ -180,7 +182,13 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
 }
 
 std::unique_ptr<Tokenizer> load_checkpoint_tokenizer(const Checkpoint& ckpt) {
-  if (ckpt.format == CheckpointFormat::Gguf) return load_gguf_tokenizer(*ckpt.gguf);
+  if (ckpt.format == CheckpointFormat::Gguf) {
+    const GgufValue* model = ckpt.gguf->find("tokenizer.ggml.model");
+    if (model != nullptr && model->type == GgufType::String && model->string_value == "gpt2") {
+      return load_gguf_bpe_tokenizer(*ckpt.gguf);
+    }
+    return load_gguf_tokenizer(*ckpt.gguf);
+  }
   if (ckpt.format == CheckpointFormat::Llama2c) {
     if (ckpt.tokenizer_path.empty()) {
       throw Error(ckpt.path + ": no tokenizer found beside the model (tokenizer.bin or tok*.bin); "
@@ -188,8 +196,10 @@ std::unique_ptr<Tokenizer> load_checkpoint_tokenizer(const Checkpoint& ckpt) {
     }
     return load_llama2c_tokenizer(ckpt.tokenizer_path, static_cast<int32_t>(ckpt.config.vocab_size));
   }
-  throw Error(ckpt.path + ": HF tokenizer.json (byte-level BPE) is not supported yet; use a GGUF or "
-                          "llama2.c model, or token ids");
+  if (ckpt.tokenizer_path.empty()) {
+    throw Error(ckpt.path + ": no tokenizer.json beside the model (pass --tokenizer PATH)");
+  }
+  return load_tokenizer_json(ckpt.tokenizer_path);
 }
 
 LoadedModel load_model(const LoadOptions& options) {

@@ -27,7 +27,8 @@ struct BpeTokenizer::MergeTable {
   }
 
   static uint64_t key_of(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
   }
   size_t home(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull >> 20) & mask; }
 
@@ -144,8 +145,8 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
     if (left < 0 || right < 0 || merged < 0) {
       if (!vocab_.strict_merges) continue;  // can never apply: drop it
       const std::string& missing = left < 0 ? a : right < 0 ? b : a + b;
-      throw Error(src + ": merge " + std::to_string(rank) + " '" + a + " " + b +
-                  "' names token '" + missing + "', which is not in the vocabulary");
+      throw Error(src + ": merge " + std::to_string(rank) + " '" + a + " " + b + "' names token '" +
+                  missing + "', which is not in the vocabulary");
     }
     merges_->insert(left, right, static_cast<int32_t>(rank), merged);
   }

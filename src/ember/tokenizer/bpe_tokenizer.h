@@ -69,7 +69,7 @@ class BpeTokenizer : public Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
   // With `parse_special`, "<|im_start|>" etc. in `text` become their ids.
   std::vector<int32_t> encode_with_special(std::string_view text, bool add_bos,
-                                           bool parse_special) const;
+                                           bool parse_special) const override;
   // Raw bytes: byte-alphabet tokens decoded, added tokens' literal text, control tokens "".
   std::string token_bytes(int32_t id) const override;
   // token_bytes, except that control tokens give their text when `render_special`.

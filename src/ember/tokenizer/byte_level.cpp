@@ -35,9 +35,13 @@ const Tables& tables() {
 
 }  // namespace
 
-char32_t byte_to_codepoint(uint8_t b) { return tables().codepoint[b]; }
+char32_t byte_to_codepoint(uint8_t b) {
+  return tables().codepoint[b];
+}
 
-std::string_view byte_to_utf8(uint8_t b) { return tables().utf8[b]; }
+std::string_view byte_to_utf8(uint8_t b) {
+  return tables().utf8[b];
+}
 
 int codepoint_to_byte(char32_t cp) {
   const Tables& t = tables();

@@ -41,15 +41,20 @@ const std::vector<GgufValue>& typed_array(const GgufFile& gguf, const std::strin
   return values;
 }
 
-bool is_string(const GgufValue& v) { return v.type == GgufType::String; }
-bool is_integer(const GgufValue& v) { return v.as_int().has_value(); }
+bool is_string(const GgufValue& v) {
+  return v.type == GgufType::String;
+}
+bool is_integer(const GgufValue& v) {
+  return v.as_int().has_value();
+}
 
 std::optional<int64_t> optional_int(const GgufFile& gguf, const std::string& key) {
   const GgufValue* v = gguf.find(key);
   if (v == nullptr) return std::nullopt;
   const std::optional<int64_t> i = v->as_int();
   if (!i) {
-    fail_key(gguf, key, std::string("has type ") + gguf_type_name(v->type) + ", expected an integer");
+    fail_key(gguf, key,
+             std::string("has type ") + gguf_type_name(v->type) + ", expected an integer");
   }
   return i;
 }
@@ -66,7 +71,8 @@ int32_t token_id(const GgufFile& gguf, const std::string& key, size_t n_tokens) 
 std::unique_ptr<Tokenizer> load_gguf_bpe_tokenizer(const GgufFile& gguf) {
   const std::string model = gguf.get_string(kModelKey);
   if (model != "gpt2") {
-    fail_key(gguf, kModelKey, "is '" + model + "', expected 'gpt2' for a byte-level BPE vocabulary");
+    fail_key(gguf, kModelKey,
+             "is '" + model + "', expected 'gpt2' for a byte-level BPE vocabulary");
   }
 
   BpeVocab vocab;
@@ -88,8 +94,8 @@ std::unique_ptr<Tokenizer> load_gguf_bpe_tokenizer(const GgufFile& gguf) {
     // space (possible in non-byte-level vocabularies) survives.
     const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
     if (space == std::string::npos) {
-      fail_key(gguf, kMergesKey, "element " + std::to_string(i) + " '" + m +
-                                     "' is not of the form 'left right'");
+      fail_key(gguf, kMergesKey,
+               "element " + std::to_string(i) + " '" + m + "' is not of the form 'left right'");
     }
     vocab.merges.emplace_back(m.substr(0, space), m.substr(space + 1));
   }
@@ -97,8 +103,9 @@ std::unique_ptr<Tokenizer> load_gguf_bpe_tokenizer(const GgufFile& gguf) {
   if (gguf.find(kTypesKey) != nullptr) {
     const std::vector<GgufValue>& types = typed_array(gguf, kTypesKey, is_integer, "integer");
     if (types.size() != n) {
-      fail_key(gguf, kTypesKey, "has " + std::to_string(types.size()) + " entries but " +
-                                    kTokensKey + " has " + std::to_string(n));
+      fail_key(gguf, kTypesKey,
+               "has " + std::to_string(types.size()) + " entries but " + kTokensKey + " has " +
+                   std::to_string(n));
     }
     vocab.kinds.reserve(n);
     for (const GgufValue& t : types) {

@@ -42,8 +42,13 @@ class CompiledRegex {
     const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
     size_t start = 0;
     while (start < subject.size()) {
-      const int rc = jit_ ? pcre2_jit_match(code_, s, subject.size(), start, 0, md, nullptr)
-                          : pcre2_match(code_, s, subject.size(), start, 0, md, nullptr);
+      int rc = jit_ ? pcre2_jit_match(code_, s, subject.size(), start, 0, md, nullptr)
+                    : pcre2_match(code_, s, subject.size(), start, 0, md, nullptr);
+      // The JIT's fixed-size stack can run out on pathological runs; the interpreter keeps its
+      // backtracking state on the heap and gives the same answer.
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+        rc = pcre2_match(code_, s, subject.size(), start, 0, md, nullptr);
+      }
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0) {
         PCRE2_UCHAR message[256];
@@ -190,8 +195,7 @@ void Pretokenizer::add_digits(bool individual_digits) {
 void Pretokenizer::add_punctuation(SplitBehavior behavior) {
   // HF counts ASCII punctuation (which includes symbols such as $ + < = > ^ ` | ~) as well as the
   // Unicode P categories.
-  steps_.push_back(
-      {Kind::Split, compile(R"re([\p{P}!-/:-@\[-`{-~])re"), behavior, false, false});
+  steps_.push_back({Kind::Split, compile(R"re([\p{P}!-/:-@\[-`{-~])re"), behavior, false, false});
 }
 
 bool Pretokenizer::has_byte_level() const {
@@ -230,7 +234,8 @@ void Pretokenizer::run(std::string_view text, PretokenizedText& out) const {
       for (const auto& [off, len] : out.pieces) {
         const size_t begin = spelled.size();
         byte_level::encode_append(std::string_view(out.text).substr(off, len), spelled);
-        next.emplace_back(static_cast<uint32_t>(begin), static_cast<uint32_t>(spelled.size() - begin));
+        next.emplace_back(static_cast<uint32_t>(begin),
+                          static_cast<uint32_t>(spelled.size() - begin));
       }
       out.text = std::move(spelled);
       out.pieces.swap(next);
@@ -248,7 +253,8 @@ void Pretokenizer::run(std::string_view text, PretokenizedText& out) const {
         const size_t begin = spaced.size();
         if (p.substr(0, space.size()) != space) spaced.append(space);
         spaced.append(p);
-        next.emplace_back(static_cast<uint32_t>(begin), static_cast<uint32_t>(spaced.size() - begin));
+        next.emplace_back(static_cast<uint32_t>(begin),
+                          static_cast<uint32_t>(spaced.size() - begin));
       }
       out.text = std::move(spaced);
       out.pieces.swap(next);
@@ -285,12 +291,15 @@ namespace {
 // Contractions (any case), letters with one optional non-letter lead, numbers in runs of 1-3,
 // symbols with trailing newlines, newline runs, then whitespace (Llama 3, also DBRX, ChatGLM4).
 constexpr const char* kLlama3Regex =
-    R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+    R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|)re"
+    R"re( ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 // Llama 3's with single digits (Qwen2, StableLM2, Hunyuan, Grok-2).
 constexpr const char* kQwen2Regex =
-    R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+    R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|)re"
+    R"re(\s*[\r\n]+|\s+(?!\S)|\s+)re";
 constexpr const char* kCjkRun = R"re([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)re";
-constexpr const char* kBloomRegex = R"re( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{0964}\x{06D4}\x{060C})]+)re";
+constexpr const char* kBloomRegex =
+    R"re( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{0964}\x{06D4}\x{060C})]+)re";
 
 struct PresetDef {
   std::initializer_list<std::string_view> names;
@@ -332,46 +341,65 @@ const PresetDef kPresets[] = {
     // no editor's Unicode normalisation can silently change a range end such as U+1FD3.
     {{"deepseek-llm"},
      {"[\r\n]",
-      "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}"
-      "\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}"
-      "\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}"
-      "\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}"
-      "\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}"
+      "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-"
+      "\\x{293}"
+      "\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-"
+      "\\x{38A}"
+      "\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{"
+      "556}"
+      "\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{"
+      "1CBF}"
+      "\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{"
+      "1F1D}"
       "\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}"
       "\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}"
-      "\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}"
-      "\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}"
+      "\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{"
+      "1FF4}"
+      "\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{"
+      "2124}"
       "\\x{2126}\\x{2128}\\x{212A}-\\x{212D}\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}"
       "\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}"
-      "\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}"
-      "\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}"
+      "\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{"
+      "A76F}"
+      "\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{"
+      "FB17}"
       "\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}"
       "\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}"
       "\\x{1E900}-\\x{1E943}]+",
-      R"re(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)re", R"(\s+$)", kCjkRun, R"(\p{N}+)"},
+      R"re(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)re",
+      R"(\s+$)", kCjkRun, R"(\p{N}+)"},
      false,
      false},
     {{"deepseek-v3", "hunyuan-dense"},
      {R"(\p{N}{1,3})", R"re([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)re",
-      R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"},
+      R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|)re"
+      R"re( ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"},
      false,
      false},
     {{"poro-chat", "bloom", "gpt3-finnish"}, {kBloomRegex}, false, false},
     {{"viking"}, {kBloomRegex, R"(\p{N})"}, false, false},
     {{"tekken"},
-     {R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"},
+     {R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)re"
+      R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|)re"
+      R"re(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"},
      true,
      true},
     {{"gpt-4o", "llama4", "minimax-m2"},
-     {R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"},
+     {R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|)re"
+      R"re('t|'re|'ve|'m|'ll|'d)?|)re"
+      R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|)re"
+      R"re('t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|)re"
+      R"re(\s*[\r\n]+|\s+(?!\S)|\s+)re"},
      false,
      false},
     {{"seed-coder"},
-     {R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+)re"},
+     {R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}|)re"
+      R"re( ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+)re"},
      false,
      false},
     {{"bailingmoe", "bailingmoe2", "llada-moe"},
-     {R"re('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)re"},
+     {R"re('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|)re"
+      R"re(\s*[\r\n]|\s+(?!\S)|\s+)re"},
      false,
      false},
 };
@@ -383,7 +411,8 @@ std::optional<GgufPretokenizerPreset> gguf_pretokenizer_preset(std::string_view 
     for (std::string_view name : def.names) {
       if (name != pre) continue;
       GgufPretokenizerPreset preset;
-      for (const char* regex : def.regexes) preset.pretokenizer.add_split(regex, SplitBehavior::Isolated);
+      for (const char* regex : def.regexes)
+        preset.pretokenizer.add_split(regex, SplitBehavior::Isolated);
       preset.pretokenizer.add_byte_level(/*add_prefix_space=*/false, /*use_regex=*/false);
       preset.ignore_merges = def.ignore_merges;
       preset.add_bos = def.add_bos;

@@ -8,7 +8,9 @@ namespace ember {
 namespace {
 
 // Whitespace as HF's lstrip/rstrip see it (ASCII whitespace is all that templates produce).
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 // A byte that belongs to a word for single_word tokens: ASCII alphanumerics, '_', and any byte
 // of a non-ASCII character (letters in most scripts).

@@ -19,6 +19,14 @@ class Tokenizer {
   // Encodes `text`; prepends BOS when `add_bos`. Invalid UTF-8 never crashes (bytes are encoded
   // through byte fallback or replaced with U+FFFD).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
+  // Like encode(), but when `parse_special` is set, control/added tokens written literally in the
+  // text (e.g. "<|im_start|>") become those tokens instead of being encoded as plain text.
+  // Tokenizers without such tokens just encode.
+  virtual std::vector<int32_t> encode_with_special(std::string_view text, bool add_bos,
+                                                   bool parse_special) const {
+    (void)parse_special;
+    return encode(text, add_bos);
+  }
   // Raw bytes this token stands for (SPM: '▁' -> ' ', <0xNN> -> the byte; control tokens -> "").
   virtual std::string token_bytes(int32_t id) const = 0;
   // The vocabulary entry as stored (for `ember tokenize` / inspect).

@@ -90,9 +90,9 @@ void parse_pretokenizer(const Reader& r, const json& node, const std::string& wh
       const bool is_regex = pattern.is_object() && pattern.contains("Regex");
       const bool is_string = pattern.is_object() && pattern.contains("String");
       if (!is_regex && !is_string) r.fail("\"" + what + ".pattern\" has no Regex or String");
-      const std::string text =
-          r.string(pattern[is_regex ? "Regex" : "String"], what + ".pattern");
-      const std::string behavior_name = r.string(node.value("behavior", json()), what + ".behavior");
+      const std::string text = r.string(pattern[is_regex ? "Regex" : "String"], what + ".pattern");
+      const std::string behavior_name =
+          r.string(node.value("behavior", json()), what + ".behavior");
       const std::optional<SplitBehavior> behavior = parse_split_behavior(behavior_name);
       if (!behavior) r.fail("unsupported split behavior '" + behavior_name + "' in " + what);
       pre.add_split(text, *behavior, r.flag(node, "invert", false, what), !is_regex);
@@ -292,8 +292,8 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
   parse_pretokenizer(r, root.value("pre_tokenizer", json()), "pre_tokenizer", vocab.pretokenizer);
 
   int32_t bos_id = -1;
-  vocab.add_bos = post_processor_bos(r, root.value("post_processor", json()), ids, bos_id)
-                      .has_value();
+  vocab.add_bos =
+      post_processor_bos(r, root.value("post_processor", json()), ids, bos_id).has_value();
   vocab.bos_id = bos_id;
 
   // tokenizer_config.json (transformers) overrides; config.json only fills in missing ids.

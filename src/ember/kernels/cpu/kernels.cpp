@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "ember/kernels/cpu/kernels_isa.h"
 
@@ -18,11 +19,13 @@ constexpr KernelTable kScalarTable = {
     Isa::Scalar,         scalar::matmul,         scalar::rmsnorm,
     scalar::rope,        scalar::softmax,        scalar::silu_mul,
     scalar::add_inplace, scalar::dequantize_row, scalar::attention,
+    scalar::quantize_activations, scalar::matmul_q8,
 };
 
 constexpr KernelTable kAvx2Table = {
     Isa::Avx2,      avx2::matmul,      avx2::rmsnorm,        avx2::rope,      avx2::softmax,
     avx2::silu_mul, avx2::add_inplace, avx2::dequantize_row, avx2::attention,
+    avx2::quantize_activations, avx2::matmul_q8,
 };
 
 bool cpu_has_avx2() {
@@ -99,7 +102,24 @@ void force_isa(Isa isa) {
 
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
+  if (dtype_is_quantized(w.dtype)) {
+    thread_local std::vector<BlockQ8Act> xq;
+    const size_t n = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
+    if (xq.size() < n) xq.resize(n);
+    table().quantize_activations(x, T, w.n_cols, xq.data());
+    table().matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);
+    return;
+  }
   table().matmul(x, T, w, y, ldy, row_begin, row_end);
+}
+
+void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out) {
+  table().quantize_activations(x, T, K, out);
+}
+
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end) {
+  table().matmul_q8(xq, T, w, y, ldy, row_begin, row_end);
 }
 
 void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps) {

@@ -28,7 +28,26 @@ struct WeightMatrix {
   int64_t row_bytes = 0;
 };
 
-// y[t, n] = sum_k x[t, k] * W[n, k] for t in [0, T), n in [row_begin, row_end).
+// Activations quantized to 8 bits per block of 32, as the quantized-weight matmuls consume them:
+// value = d * qs[i], d = max|x| / 127, qs = round(x / d). Quantized weights (q8_0, q4_0) are
+// always multiplied against these (integer dot products per block), for every T, so a token's
+// result does not depend on how many tokens share the step.
+struct BlockQ8Act {
+  float d;
+  int32_t sum;  // sum of qs (unused by q8_0 x q8 dots; kept for kernels that need it)
+  int8_t qs[32];
+};
+
+// x [T, K] (K a multiple of 32) -> out [T, K / 32].
+void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
+
+// Like matmul() for q8_0 / q4_0 weights, with activations already quantized (so several
+// matrices sharing one input quantize it once): y[t, n] = sum_b d_w * d_x * sum_i qw_i * qx_i.
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end);
+
+// y[t, n] = sum_k x[t, k] * W[n, k] for t in [0, T), n in [row_begin, row_end). For q8_0/q4_0
+// weights x is first quantized to BlockQ8Act (see above) and matmul_q8 runs.
 // x: [T, K] f32, leading dimension K; y: [T, N] f32, leading dimension ldy (>= N).
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end);

@@ -21,6 +21,9 @@ struct KernelTable {
   void (*dequantize_row)(const WeightMatrix& table, int64_t row, float* out);
   void (*attention)(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
                     int64_t ctx_len, float scale, float* out);
+  void (*quantize_activations)(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
+  void (*matmul_q8)(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                    int64_t row_begin, int64_t row_end);
 };
 
 namespace scalar {
@@ -35,6 +38,9 @@ void add_inplace(float* y, const float* x, int64_t n);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
                int64_t ctx_len, float scale, float* out);
+void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end);
 }  // namespace scalar
 
 // Compiled with function-level target("avx2,fma,f16c"); call only when the CPU has all three.
@@ -50,6 +56,9 @@ void add_inplace(float* y, const float* x, int64_t n);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
                int64_t ctx_len, float scale, float* out);
+void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end);
 }  // namespace avx2
 
 }  // namespace ember::cpu

@@ -8,6 +8,9 @@ namespace ember::cpu::ref {
 
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end);
+void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end);
 void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps);
 void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
           const int32_t* positions, const float* inv_freq);

@@ -1,0 +1,160 @@
+// `ember serve`: the OpenAI-compatible HTTP server over the continuous-batching engine.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "ember/cli/commands.h"
+#include "ember/core/error.h"
+#include "ember/engine/serving_engine.h"
+#include "ember/server/http_server.h"
+#include "ember/tokenizer/chat_template.h"
+
+namespace ember::cli {
+
+namespace {
+
+struct ServeOptions {
+  ModelOptions model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t max_seqs = 32;
+  int64_t max_batched_tokens = 512;
+  int64_t kv_blocks = 0;
+  int64_t block_size = 16;
+  bool no_prefix_cache = false;
+  int64_t max_waiting = 128;
+  std::string chat_template;
+  std::string model_name;
+  double drain_timeout = 10.0;
+};
+
+// The id /v1/models reports: the model file's stem or the directory's name.
+std::string model_id_for(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.filename() == "config.json") p = p.parent_path();
+  std::string stem = p.filename().empty() ? p.parent_path().filename().string() : p.stem().string();
+  return stem.empty() ? "ember" : stem;
+}
+
+int serve_command(const ServeOptions& o) {
+  if (o.port < 0 || o.port > 65535) throw Error("--port must be between 0 and 65535");
+  if (o.max_seqs < 1) throw Error("--max-seqs must be at least 1");
+  if (o.block_size < 1) throw Error("--block-size must be at least 1");
+  if (o.max_waiting < 0) throw Error("--max-waiting must not be negative");
+  // Resolve the chat template name before the (possibly slow) model load so typos fail fast.
+  std::optional<ChatTemplate> forced;
+  if (!o.chat_template.empty()) forced = ChatTemplate::from_name(o.chat_template);
+
+  LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
+  ChatTemplate chat = forced ? *forced
+                             : ChatTemplate::detect(find_chat_template_source(
+                                   model.checkpoint.path, model.checkpoint.gguf.get()));
+
+  ServingOptions so;
+  so.engine.n_threads = o.model.threads;
+  so.engine.max_context = o.model.context;
+  so.engine.max_sequences = o.max_seqs;
+  so.engine.block_size = o.block_size;
+  so.engine.kv_blocks = o.kv_blocks;
+  so.engine.prefix_caching = !o.no_prefix_cache;
+  so.scheduler.max_sequences = o.max_seqs;
+  so.scheduler.max_batched_tokens = o.max_batched_tokens;
+  so.max_waiting = o.max_waiting;
+
+  // SIGINT/SIGTERM are taken by a dedicated thread (sigwait), so every other thread, created
+  // after this point, inherits a mask with them blocked. A write to a closed socket must be an
+  // error return (the client went away), not a process-killing SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  ServingEngine engine(model.weights, model.tokenizer.get(), so);
+  server::ServerOptions http_options;
+  http_options.host = o.host;
+  http_options.port = o.port;
+  http_options.model_id = o.model_name.empty() ? model_id_for(model.checkpoint.path) : o.model_name;
+  http_options.http_threads =
+      static_cast<int>(std::min<int64_t>(1024, o.max_seqs + o.max_waiting + 8));
+  http_options.drain_timeout_seconds = o.drain_timeout;
+  server::HttpServer http(engine, *model.tokenizer, chat, http_options);
+  int port = http.bind();
+  engine.start();
+
+  std::atomic<bool> served{false};
+  std::thread signals([&] {
+    std::unique_ptr<std::thread> stopper;
+    timespec tick{0, 100'000'000};
+    while (!served.load()) {
+      int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+      if (sig != SIGINT && sig != SIGTERM) continue;
+      if (!stopper) {
+        std::fprintf(stderr, "[ember] %s: finishing in-flight requests (again to cancel them)\n",
+                     sig == SIGINT ? "SIGINT" : "SIGTERM");
+        stopper = std::make_unique<std::thread>([&http] { http.shutdown(); });
+      } else {
+        http.force_stop();
+      }
+    }
+    if (stopper) stopper->join();
+  });
+
+  std::fprintf(stderr,
+               "[ember] model %s (%s), %d threads, context %lld, %lld KV blocks of %lld, "
+               "prefix cache %s, chat template %s\n",
+               model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype),
+               engine.engine().n_threads(), static_cast<long long>(engine.max_context()),
+               static_cast<long long>(engine.engine().kv().n_blocks()),
+               static_cast<long long>(engine.engine().kv().block_size()),
+               so.engine.prefix_caching ? "on" : "off", chat.name());
+  std::fprintf(stderr, "listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stderr);
+  http.serve();  // returns once shutdown() has stopped the listener
+  served.store(true);
+  signals.join();
+  engine.shutdown(/*cancel_in_flight=*/true);
+  std::fprintf(stderr, "[ember] server stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve",
+                                     "OpenAI-compatible HTTP server (/v1/completions, "
+                                     "/v1/chat/completions, /v1/models, /health, /metrics)");
+  o->model.add_to(*cmd);
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port (0: any free port, printed on startup)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
+  cmd->add_option("-c,--ctx", o->model.context,
+                  "Context length per sequence (default: min(model max, 4096))");
+  cmd->add_option("--max-seqs", o->max_seqs, "Sequences decoding together")->capture_default_str();
+  cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per forward step")
+      ->capture_default_str();
+  cmd->add_option("--kv-blocks", o->kv_blocks, "KV cache blocks (default: max-seqs x ctx worth)");
+  cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix caching");
+  cmd->add_option("--max-waiting", o->max_waiting, "Queued requests before answering 429")
+      ->capture_default_str();
+  cmd->add_option("--chat-template", o->chat_template,
+                  "chatml, llama3, llama2 or plain (default: recognised from the model)");
+  cmd->add_option("--model-name", o->model_name,
+                  "Model id reported by /v1/models (default: file name)");
+  cmd->add_option("--drain-timeout", o->drain_timeout,
+                  "Seconds in-flight requests may take to finish on SIGINT/SIGTERM")
+      ->capture_default_str();
+  return [o] { return serve_command(*o); };
+}
+
+}  // namespace ember::cli

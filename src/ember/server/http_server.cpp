@@ -1,0 +1,391 @@
+#include "ember/server/http_server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <thread>
+
+#include "ember/core/error.h"
+
+namespace ember::server {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// Counts a request as in flight for as long as it (or its stream) lives, so shutdown() can wait
+// for streams still being written after their handler returned.
+struct ActiveRequest {
+  explicit ActiveRequest(HttpServer* s) : server(s) { server->active_.fetch_add(1); }
+  ~ActiveRequest() { server->active_.fetch_sub(1); }
+  ActiveRequest(const ActiveRequest&) = delete;
+  ActiveRequest& operator=(const ActiveRequest&) = delete;
+  HttpServer* server;
+};
+
+namespace {
+
+// httplib 0.11 listens with a backlog of 5: a burst of clients (32 streams at once) overflows it
+// and the kernel drops SYNs, costing the unlucky ones a 1 s retransmit. Linux lets listen() be
+// called again on a listening socket to raise the backlog; this exposes the socket to do that.
+class BacklogServer : public httplib::Server {
+ public:
+  void raise_backlog() {
+    socket_t fd = svr_sock_;
+    if (fd != INVALID_SOCKET) ::listen(fd, SOMAXCONN);
+  }
+};
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_body(e), "application/json");
+}
+
+void send_json(httplib::Response& res, const json& j) {
+  res.status = 200;
+  res.set_content(dump_json(j), "application/json");
+}
+
+ApiError too_long(const std::string& message, const std::string& param) {
+  return ApiError{400, message, "invalid_request_error", param, "context_length_exceeded"};
+}
+
+// What one request's stream has produced so far, and how to relay the next events.
+struct Relay {
+  ApiRequest api;
+  ResponseMeta meta;
+  std::shared_ptr<RequestStream> stream;
+  std::shared_ptr<ActiveRequest> active;
+  Completion acc;
+  bool strip_leading_space = false;  // SentencePiece: prompt was only BOS (as `ember run`)
+  bool started = false;
+  bool done = false;
+
+  // Folds one event into `acc`; returns its (possibly adjusted) text.
+  std::string absorb(StreamEvent& e) {
+    std::string text = std::move(e.text);
+    if (strip_leading_space && !text.empty()) {
+      if (text[0] == ' ') text.erase(0, 1);
+      strip_leading_space = false;
+    }
+    acc.text += text;
+    acc.tokens.insert(acc.tokens.end(), e.tokens.begin(), e.tokens.end());
+    acc.logprobs.insert(acc.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    if (e.finished) {
+      acc.finish_reason = e.finish_reason;
+      acc.prompt_tokens = e.prompt_tokens;
+      acc.completion_tokens = e.completion_tokens;
+      acc.cached_prompt_tokens = e.cached_prompt_tokens;
+    }
+    return text;
+  }
+};
+
+}  // namespace
+
+HttpServer::HttpServer(ServingEngine& engine, const Tokenizer& tokenizer,
+                       ChatTemplate chat_template, ServerOptions options)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      chat_template_(std::move(chat_template)),
+      options_(std::move(options)),
+      http_(std::make_unique<BacklogServer>()),
+      created_(static_cast<int64_t>(std::time(nullptr))) {
+  for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
+    max_piece_bytes_ = std::max(max_piece_bytes_, tokenizer_.token_bytes(id).size());
+  }
+  // Every streaming request holds a worker thread for its whole life, so the pool must cover all
+  // requests the engine may hold at once (plus a few for /health and /metrics); httplib's
+  // default of ~8 would serialise concurrent streams.
+  int threads = options_.http_threads;
+  if (threads <= 0) threads = 64;
+  http_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  // httplib also applies this to the wait for a new connection's first request: keep it generous.
+  http_->set_keep_alive_timeout(10);
+  route();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::count_response(int status) {
+  std::lock_guard<std::mutex> lock(counts_mutex_);
+  ++responses_by_status_[status];
+}
+
+void HttpServer::route() {
+  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(Endpoint::Completions, req, res);
+  });
+  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(Endpoint::ChatCompletions, req, res);
+  });
+  http_->Get("/v1/models",
+             [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining_.load()) {
+      res.status = 503;
+      res.set_content(R"({"status":"shutting down"})", "application/json");
+    } else {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    }
+  });
+  http_->Get("/metrics",
+             [this](const httplib::Request&, httplib::Response& res) { handle_metrics(res); });
+  // Unmatched routes, 413 for oversized bodies, etc.: OpenAI-style JSON instead of httplib's
+  // empty bodies. Handlers' own error responses already have a body and pass through.
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.status = res.status;
+    if (res.status == 404) {
+      e.message = "no route for " + req.method + " " + req.path;
+      e.code = "not_found";
+    } else if (res.status == 413) {
+      e.message = "the request body is too large";
+      e.code = "request_too_large";
+    } else {
+      e.message = "HTTP error " + std::to_string(res.status);
+      if (res.status >= 500) e.type = "server_error";
+    }
+    res.set_content(error_body(e), "application/json");
+  });
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& ex) {
+          what = ex.what();
+        } catch (...) {
+        }
+        send_error(res, ApiError{500, what, "server_error", "", ""});
+      });
+  http_->set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    count_response(res.status);
+  });
+}
+
+void HttpServer::handle_models(httplib::Response& res) const {
+  json model = {{"id", options_.model_id},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "ember"},
+                {"max_model_len", engine_.max_request_tokens()}};
+  send_json(res, json{{"object", "list"}, {"data", json::array({model})}});
+}
+
+void HttpServer::handle_metrics(httplib::Response& res) const {
+  std::string text = engine_.metrics().render_prometheus();
+  text += "# HELP ember_http_responses_total HTTP responses by status code\n";
+  text += "# TYPE ember_http_responses_total counter\n";
+  {
+    std::lock_guard<std::mutex> lock(counts_mutex_);
+    for (const auto& [status, n] : responses_by_status_) {
+      text += "ember_http_responses_total{code=\"" + std::to_string(status) + "\"} " +
+              std::to_string(n) + "\n";
+    }
+  }
+  text += "# HELP ember_http_requests_in_flight Generation requests being served\n";
+  text += "# TYPE ember_http_requests_in_flight gauge\n";
+  text += "ember_http_requests_in_flight " + std::to_string(active_.load()) + "\n";
+  res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http_req,
+                                 httplib::Response& res) {
+  auto active = std::make_shared<ActiveRequest>(this);
+  if (draining_.load()) {
+    return send_error(
+        res, ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"});
+  }
+  auto parsed = parse_request(endpoint, http_req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  ApiRequest api = std::move(std::get<ApiRequest>(parsed));
+
+  // Tokenize. A prompt with more bytes than max_piece_bytes x context cannot fit whatever it
+  // tokenizes to, so huge prompts are refused before spending time on them.
+  const int64_t limit = engine_.max_request_tokens();
+  const uint64_t byte_limit =
+      static_cast<uint64_t>(max_piece_bytes_) * static_cast<uint64_t>(limit);
+  std::vector<int32_t> prompt;
+  if (endpoint == Endpoint::ChatCompletions) {
+    uint64_t bytes = 0;
+    for (const ChatMessage& m : api.messages) bytes += m.content.size();
+    if (bytes > byte_limit) {
+      return send_error(
+          res, too_long("the messages exceed the context of " + std::to_string(limit) + " tokens",
+                        "messages"));
+    }
+    try {
+      prompt = encode_chat_prompt(tokenizer_, chat_template_.format(api.messages));
+    } catch (const Error& e) {
+      return send_error(res, ApiError{400, e.what(), "invalid_request_error", "messages", ""});
+    }
+  } else if (api.prompt_is_ids) {
+    prompt = api.prompt_ids;
+  } else {
+    if (api.prompt_text.size() > byte_limit) {
+      return send_error(
+          res, too_long("the prompt exceeds the context of " + std::to_string(limit) + " tokens",
+                        "prompt"));
+    }
+    prompt = tokenizer_.encode_with_special(api.prompt_text, tokenizer_.add_bos_default(), true);
+  }
+  if (prompt.empty()) {
+    return send_error(res, ApiError{400, "the prompt is empty (and the model adds no BOS)",
+                                    "invalid_request_error", "prompt", ""});
+  }
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const char* max_param = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  if (n_prompt >= limit) {
+    return send_error(res, too_long("the prompt has " + std::to_string(n_prompt) +
+                                        " tokens but the context holds " + std::to_string(limit),
+                                    max_param));
+  }
+  int64_t max_tokens = api.max_tokens.value_or(std::min<int64_t>(256, limit - n_prompt));
+  if (n_prompt + max_tokens > limit) {
+    return send_error(res, too_long("max_tokens " + std::to_string(max_tokens) + " + " +
+                                        std::to_string(n_prompt) +
+                                        " prompt tokens exceed the "
+                                        "context of " +
+                                        std::to_string(limit) + " tokens",
+                                    "max_tokens"));
+  }
+
+  auto relay = std::make_shared<Relay>();
+  relay->strip_leading_space = endpoint == Endpoint::Completions && n_prompt == 1 &&
+                               prompt[0] == tokenizer_.bos_id() &&
+                               tokenizer_.strip_space_after_bos();
+  GenerationRequest gen = api.generation;
+  gen.prompt = std::move(prompt);
+  gen.max_tokens = max_tokens;
+  SubmitError err = SubmitError::None;
+  std::string message;
+  relay->stream = engine_.submit(std::move(gen), &err, &message);
+  if (!relay->stream) {
+    switch (err) {
+      case SubmitError::QueueFull:
+        return send_error(res, ApiError{429, message, "rate_limit_error", "", "queue_full"});
+      case SubmitError::ShuttingDown:
+        return send_error(res, ApiError{503, message, "server_error", "", "shutting_down"});
+      case SubmitError::TooLong:
+        return send_error(res, too_long(message, "max_tokens"));
+      default:
+        return send_error(res, ApiError{400, message, "invalid_request_error", "prompt", ""});
+    }
+  }
+  char id[48];
+  std::snprintf(id, sizeof id, "%s-%llx%06llx",
+                endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(created_),
+                static_cast<unsigned long long>(next_id_.fetch_add(1)));
+  relay->meta = ResponseMeta{id, static_cast<int64_t>(std::time(nullptr)), options_.model_id};
+  relay->api = std::move(api);
+  relay->active = std::move(active);
+
+  if (!relay->api.stream) {
+    while (!relay->done) {
+      std::optional<StreamEvent> e = relay->stream->pop(1000ms);
+      if (!e) continue;
+      relay->absorb(*e);
+      relay->done = e->finished;
+      if (e->finished && e->finish_reason == FinishReason::Error) {
+        return send_error(res, ApiError{500, e->error, "server_error", "", ""});
+      }
+      if (e->finished && e->finish_reason == FinishReason::Cancelled) {
+        return send_error(res,
+                          ApiError{503, "the request was cancelled: the server is shutting down",
+                                   "server_error", "", "shutting_down"});
+      }
+    }
+    return send_json(res, completion_response(relay->api, relay->meta, relay->acc, tokenizer_));
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, relay](size_t /*offset*/, httplib::DataSink& sink) {
+        std::string out;
+        if (!relay->started) {
+          relay->started = true;
+          if (relay->api.endpoint == Endpoint::ChatCompletions) {
+            out += chat_role_chunk(relay->api, relay->meta);
+          }
+        }
+        // Wait briefly for the next event, then take whatever else is already queued, so one
+        // write carries every token the engine produced since the last one.
+        std::optional<StreamEvent> e = relay->stream->pop(out.empty() ? 100ms : 0ms);
+        while (e) {
+          int64_t offset = static_cast<int64_t>(relay->acc.text.size());
+          std::string text = relay->absorb(*e);
+          if (!text.empty() || !e->logprobs.empty()) {
+            out += delta_chunk(relay->api, relay->meta, text, e->logprobs, tokenizer_, offset);
+          }
+          if (e->finished) {
+            relay->done = true;
+            if (e->finish_reason == FinishReason::Error) {
+              out += sse_data(
+                  json::parse(error_body(ApiError{500, e->error, "server_error", "", ""})));
+            } else {
+              out += finish_chunk(relay->api, relay->meta, e->finish_reason);
+              if (relay->api.include_usage) out += usage_chunk(relay->api, relay->meta, relay->acc);
+            }
+            out += sse_done();
+            break;
+          }
+          e = relay->stream->pop(0ms);
+        }
+        // A failed write is how a vanished client shows itself: stop generating for it.
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          relay->stream->cancel();
+          return false;
+        }
+        if (relay->done) sink.done();
+        return true;
+      },
+      [relay](bool success) {
+        if (!success || !relay->done) relay->stream->cancel();
+      });
+}
+
+int HttpServer::bind() {
+  int port = options_.port;
+  if (port == 0) {
+    port = http_->bind_to_any_port(options_.host);
+    if (port < 0) throw Error("cannot bind " + options_.host + " to any port");
+  } else if (!http_->bind_to_port(options_.host, port)) {
+    throw Error("cannot bind " + options_.host + ":" + std::to_string(port) +
+                " (address in use or not available)");
+  }
+  static_cast<BacklogServer&>(*http_).raise_backlog();
+  return port;
+}
+
+void HttpServer::serve() {
+  http_->listen_after_bind();
+}
+
+void HttpServer::shutdown() {
+  draining_.store(true);
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(options_.drain_timeout_seconds));
+  while (active_.load() > 0 && !force_.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  // Whatever is still running is cancelled; its streams get a final event and close.
+  engine_.shutdown(/*cancel_in_flight=*/true);
+  auto grace = std::chrono::steady_clock::now() + 5s;
+  while (active_.load() > 0 && std::chrono::steady_clock::now() < grace) {
+    std::this_thread::sleep_for(20ms);
+  }
+  http_->stop();
+}
+
+}  // namespace ember::server

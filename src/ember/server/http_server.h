@@ -1,0 +1,84 @@
+// The OpenAI-compatible HTTP front end of a ServingEngine. Handlers only tokenize, enqueue and
+// relay their request's event stream: the engine thread alone touches the model. Streaming
+// responses are server-sent events written as chunks; a failed write means the client is gone,
+// and the request is cancelled so its KV blocks return to the pool.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "ember/engine/serving_engine.h"
+#include "ember/server/openai_api.h"
+#include "ember/tokenizer/chat_template.h"
+#include "ember/tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+class Request;
+class Response;
+}  // namespace httplib
+
+namespace ember::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                      // 0: any free port (see bind())
+  std::string model_id = "ember";       // what /v1/models lists and responses echo
+  size_t max_body_bytes = 32u << 20;    // larger bodies get 413 before any parsing
+  int http_threads = 0;                 // 0: enough for every running + waiting request
+  double drain_timeout_seconds = 10.0;  // on shutdown, how long in-flight requests may finish
+};
+
+class HttpServer {
+ public:
+  HttpServer(ServingEngine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
+             ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket; returns the port (the chosen one when options.port == 0).
+  // Throws ember::Error when the address cannot be bound.
+  int bind();
+  // Accepts connections until shutdown() completes. Call after bind().
+  void serve();
+  // Graceful stop (any thread): new requests get 503, in-flight ones get up to the drain timeout
+  // to finish (or until force_stop()), the rest are cancelled, then the listener closes and
+  // serve() returns.
+  void shutdown();
+  // Makes a running shutdown() cancel in-flight requests now (a second SIGINT).
+  void force_stop() { force_.store(true); }
+
+  bool draining() const { return draining_.load(); }
+  int64_t active_requests() const { return active_.load(); }
+
+ private:
+  friend struct ActiveRequest;
+
+  void route();
+  void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void handle_models(httplib::Response& res) const;
+  void handle_metrics(httplib::Response& res) const;
+  void count_response(int status);
+
+  ServingEngine& engine_;
+  const Tokenizer& tokenizer_;
+  ChatTemplate chat_template_;
+  ServerOptions options_;
+  std::unique_ptr<httplib::Server> http_;
+  size_t max_piece_bytes_ = 1;  // longest token's bytes: bounds tokens-per-byte for a quick check
+  int64_t created_ = 0;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> force_{false};
+  std::atomic<int64_t> active_{0};
+  std::atomic<uint64_t> next_id_{1};
+  mutable std::mutex counts_mutex_;
+  std::map<int, uint64_t> responses_by_status_;
+};
+
+}  // namespace ember::server

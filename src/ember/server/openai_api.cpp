@@ -1,0 +1,439 @@
+#include "ember/server/openai_api.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "ember/tokenizer/tokenizer.h"
+
+namespace ember::server {
+
+using nlohmann::json;
+
+namespace {
+
+// Validation failures unwind to parse_request() as this, which turns them into a 400.
+struct Invalid {
+  std::string message;
+  std::string param;
+};
+
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;  // null means "not given" in OpenAI's API
+  return &*it;
+}
+
+bool get_bool(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) throw Invalid{std::string("'") + name + "' must be a boolean", name};
+  return v->get<bool>();
+}
+
+std::optional<double> get_number(const json& body, const char* name, double lo, double hi) {
+  const json* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) throw Invalid{std::string("'") + name + "' must be a number", name};
+  double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "'%s' must be between %g and %g, got %g", name, lo, hi, d);
+    throw Invalid{buf, name};
+  }
+  return d;
+}
+
+std::optional<int64_t> get_int(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  // 5.0 is accepted as 5 (some clients serialise every number as a double); 5.5 is not.
+  if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15)
+      return static_cast<int64_t>(d);
+  } else if (v->is_number_unsigned()) {
+    uint64_t u = v->get<uint64_t>();
+    return u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+               ? std::numeric_limits<int64_t>::max()
+               : static_cast<int64_t>(u);
+  } else if (v->is_number_integer()) {
+    return v->get<int64_t>();
+  }
+  throw Invalid{std::string("'") + name + "' must be an integer", name};
+}
+
+std::vector<std::string> get_stop(const json& body) {
+  const json* v = field(body, "stop");
+  std::vector<std::string> stops;
+  if (v == nullptr) return stops;
+  if (v->is_string()) {
+    stops.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > 16) throw Invalid{"'stop' may hold at most 16 strings", "stop"};
+    for (const json& s : *v) {
+      if (!s.is_string()) throw Invalid{"'stop' must be a string or an array of strings", "stop"};
+      stops.push_back(s.get<std::string>());
+    }
+  } else {
+    throw Invalid{"'stop' must be a string or an array of strings", "stop"};
+  }
+  std::erase_if(stops, [](const std::string& s) { return s.empty(); });
+  return stops;
+}
+
+// Message content: a string, null (an assistant turn with no text), or an array of content parts
+// of which only {"type": "text", "text": ...} carry anything ember can use.
+std::string message_content(const json& m, size_t index) {
+  std::string param = "messages[" + std::to_string(index) + "].content";
+  auto it = m.find("content");
+  if (it == m.end() || it->is_null()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    std::string text;
+    for (const json& part : *it) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
+        throw Invalid{"only text content parts are supported", param};
+      }
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  throw Invalid{"'content' must be a string or an array of text parts", param};
+}
+
+std::vector<ChatMessage> get_messages(const json& body) {
+  const json* v = field(body, "messages");
+  if (v == nullptr) throw Invalid{"'messages' is required", "messages"};
+  if (!v->is_array()) throw Invalid{"'messages' must be an array", "messages"};
+  if (v->empty()) throw Invalid{"'messages' must not be empty", "messages"};
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw Invalid{"each message must be an object", param};
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      throw Invalid{"each message needs a string 'role'", param + ".role"};
+    }
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for the system turn
+    if (r != "system" && r != "user" && r != "assistant") {
+      throw Invalid{"unknown role '" + role->get<std::string>() +
+                        "' (expected system, developer, user or assistant)",
+                    param + ".role"};
+    }
+    out.push_back({r, message_content(m, i)});
+  }
+  return out;
+}
+
+void get_prompt(const json& body, ApiRequest& req) {
+  const json* v = field(body, "prompt");
+  if (v == nullptr) throw Invalid{"'prompt' is required", "prompt"};
+  auto ids_from = [&](const json& arr) {
+    for (const json& t : arr) {
+      if (!t.is_number_integer()) throw Invalid{"a token-id prompt must hold integers", "prompt"};
+      int64_t id = t.get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        throw Invalid{"token id " + std::to_string(id) + " is out of range", "prompt"};
+      }
+      req.prompt_ids.push_back(static_cast<int32_t>(id));
+    }
+    req.prompt_is_ids = true;
+  };
+  if (v->is_string()) {
+    req.prompt_text = v->get<std::string>();
+  } else if (v->is_array() && !v->empty() && (*v)[0].is_number()) {
+    ids_from(*v);
+  } else if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) {
+    req.prompt_text = (*v)[0].get<std::string>();
+  } else if (v->is_array() && v->size() == 1 && (*v)[0].is_array()) {
+    ids_from((*v)[0]);
+  } else if (v->is_array() && v->size() > 1) {
+    throw Invalid{"only one prompt per request is supported", "prompt"};
+  } else {
+    throw Invalid{"'prompt' must be a string or an array of token ids", "prompt"};
+  }
+  if (req.prompt_is_ids && req.prompt_ids.empty()) throw Invalid{"'prompt' is empty", "prompt"};
+}
+
+ApiRequest parse_object(Endpoint endpoint, const json& body) {
+  ApiRequest req;
+  req.endpoint = endpoint;
+  if (const json* m = field(body, "model")) {
+    if (!m->is_string()) throw Invalid{"'model' must be a string", "model"};
+    req.model = m->get<std::string>();
+  }
+  if (endpoint == Endpoint::Completions) {
+    get_prompt(body, req);
+    if (get_bool(body, "echo", false)) throw Invalid{"'echo' is not supported", "echo"};
+    if (auto best_of = get_int(body, "best_of"); best_of && *best_of != 1) {
+      throw Invalid{"'best_of' must be 1", "best_of"};
+    }
+  } else {
+    req.messages = get_messages(body);
+  }
+  if (auto n = get_int(body, "n"); n && *n != 1) {
+    throw Invalid{"only n = 1 is supported", "n"};
+  }
+  req.stream = get_bool(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw Invalid{"'stream_options' must be an object", "stream_options"};
+    req.include_usage = get_bool(*so, "include_usage", false);
+  }
+
+  // max_completion_tokens is the newer name; either may be given.
+  std::optional<int64_t> max_tokens = get_int(body, "max_completion_tokens");
+  const char* max_param = "max_completion_tokens";
+  if (!max_tokens) {
+    max_tokens = get_int(body, "max_tokens");
+    max_param = "max_tokens";
+  }
+  if (max_tokens && *max_tokens < 1) {
+    throw Invalid{
+        std::string("'") + max_param + "' must be at least 1, got " + std::to_string(*max_tokens),
+        max_param};
+  }
+  req.max_tokens = max_tokens;
+
+  GenerationRequest& g = req.generation;
+  // OpenAI's defaults: temperature 1, nucleus off; ember's extra knobs off unless asked for.
+  g.sampling.temperature = static_cast<float>(get_number(body, "temperature", 0, 2).value_or(1.0));
+  g.sampling.top_p = static_cast<float>(get_number(body, "top_p", 0, 1).value_or(1.0));
+  g.sampling.min_p = static_cast<float>(get_number(body, "min_p", 0, 1).value_or(0.0));
+  g.sampling.top_k = 0;
+  if (auto k = get_int(body, "top_k")) {
+    if (*k > std::numeric_limits<int32_t>::max()) throw Invalid{"'top_k' is too large", "top_k"};
+    g.sampling.top_k = *k > 0 ? static_cast<int32_t>(*k) : 0;  // -1 / 0: off
+  }
+  g.sampling.repeat_penalty = 1.0f;
+  if (auto r = get_number(body, "repetition_penalty", 0.01, 10)) {
+    g.sampling.repeat_penalty = static_cast<float>(*r);
+  }
+  if (auto seed = get_int(body, "seed")) {
+    g.sampling.seed = static_cast<uint64_t>(*seed);
+  } else {
+    g.sampling.seed =
+        (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }
+  g.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2, 2).value_or(0));
+  g.frequency_penalty =
+      static_cast<float>(get_number(body, "frequency_penalty", -2, 2).value_or(0));
+  g.stop = get_stop(body);
+  g.ignore_eos = get_bool(body, "ignore_eos", false);
+
+  if (endpoint == Endpoint::Completions) {
+    if (const json* lp = field(body, "logprobs"); lp != nullptr && lp->is_boolean()) {
+      throw Invalid{"'logprobs' must be an integer for completions", "logprobs"};
+    }
+    if (auto lp = get_int(body, "logprobs")) {
+      if (*lp < 0 || *lp > 20) throw Invalid{"'logprobs' must be between 0 and 20", "logprobs"};
+      g.logprobs = static_cast<int32_t>(*lp);
+    }
+  } else {
+    req.chat_logprobs = get_bool(body, "logprobs", false);
+    if (auto top = get_int(body, "top_logprobs")) {
+      if (*top < 0 || *top > 20) {
+        throw Invalid{"'top_logprobs' must be between 0 and 20", "top_logprobs"};
+      }
+      if (!req.chat_logprobs) {
+        throw Invalid{"'top_logprobs' needs 'logprobs': true", "top_logprobs"};
+      }
+      req.top_logprobs = static_cast<int32_t>(*top);
+    }
+    if (req.chat_logprobs) g.logprobs = req.top_logprobs;
+  }
+  return req;
+}
+
+json bytes_array(const std::string& s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+// Chat format: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal"}.
+json chat_logprobs_json(const std::vector<TokenLogprob>& lps, const Tokenizer& tok) {
+  json content = json::array();
+  for (const TokenLogprob& lp : lps) {
+    std::string t = tok.token_bytes(lp.token);
+    json top = json::array();
+    for (const auto& [id, l] : lp.top) {
+      std::string a = tok.token_bytes(id);
+      top.push_back({{"token", a}, {"logprob", l}, {"bytes", bytes_array(a)}});
+    }
+    content.push_back(
+        {{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_array(t)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+// Legacy completions format: parallel arrays, top alternatives as {text: logprob} maps.
+json completion_logprobs_json(const std::vector<TokenLogprob>& lps, const Tokenizer& tok,
+                              int64_t text_offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  for (const TokenLogprob& lp : lps) {
+    std::string t = tok.token_bytes(lp.token);
+    tokens.push_back(t);
+    token_logprobs.push_back(lp.logprob);
+    json alternatives = json::object();
+    for (const auto& [id, l] : lp.top) alternatives[tok.token_bytes(id)] = l;
+    top.push_back(alternatives);
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(t.size());
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
+}
+
+json chunk_base(const ApiRequest& req, const ResponseMeta& meta) {
+  bool chat = req.endpoint == Endpoint::ChatCompletions;
+  json j = {{"id", meta.id},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model}};
+  if (chat) j["system_fingerprint"] = "fp_ember";
+  // With include_usage every chunk carries "usage": null until the last one (OpenAI's shape).
+  if (req.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+}  // namespace
+
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string error_body(const ApiError& e) {
+  json err = {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
+  return dump_json(json{{"error", err}});
+}
+
+std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body) {
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
+  }
+  if (!j.is_object()) {
+    return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+  }
+  try {
+    return parse_object(endpoint, j);
+  } catch (const Invalid& e) {
+    return ApiError{400, e.message, "invalid_request_error", e.param, ""};
+  } catch (const json::exception& e) {
+    return ApiError{400, std::string("malformed request: ") + e.what(), "invalid_request_error", "",
+                    ""};
+  }
+}
+
+const char* finish_reason_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Cancelled:
+      return "abort";
+    case FinishReason::Error:
+      return "error";
+    case FinishReason::None:
+      return "stop";
+  }
+  return "stop";
+}
+
+json usage_json(const Completion& c) {
+  return {{"prompt_tokens", c.prompt_tokens},
+          {"completion_tokens", c.completion_tokens},
+          {"total_tokens", c.prompt_tokens + c.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", c.cached_prompt_tokens}}}};
+}
+
+json completion_response(const ApiRequest& req, const ResponseMeta& meta, const Completion& c,
+                         const Tokenizer& tokenizer) {
+  bool chat = req.endpoint == Endpoint::ChatCompletions;
+  json choice = {{"index", 0}, {"finish_reason", finish_reason_string(c.finish_reason)}};
+  bool want_logprobs = req.generation.logprobs >= 0;
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+    choice["logprobs"] = want_logprobs ? chat_logprobs_json(c.logprobs, tokenizer) : json(nullptr);
+  } else {
+    choice["text"] = c.text;
+    choice["logprobs"] =
+        want_logprobs ? completion_logprobs_json(c.logprobs, tokenizer, 0) : json(nullptr);
+  }
+  json j = {{"id", meta.id},
+            {"object", chat ? "chat.completion" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array({choice})},
+            {"usage", usage_json(c)}};
+  if (chat) j["system_fingerprint"] = "fp_ember";
+  return j;
+}
+
+std::string sse_data(const json& chunk) {
+  return "data: " + dump_json(chunk) + "\n\n";
+}
+
+std::string sse_done() {
+  return "data: [DONE]\n\n";
+}
+
+std::string chat_role_chunk(const ApiRequest& req, const ResponseMeta& meta) {
+  json j = chunk_base(req, meta);
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  return sse_data(j);
+}
+
+std::string delta_chunk(const ApiRequest& req, const ResponseMeta& meta, const std::string& text,
+                        const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
+                        int64_t text_offset) {
+  json j = chunk_base(req, meta);
+  bool want_logprobs = req.generation.logprobs >= 0 && !logprobs.empty();
+  json choice = {{"index", 0}, {"finish_reason", nullptr}};
+  if (req.endpoint == Endpoint::ChatCompletions) {
+    choice["delta"] = {{"content", text}};
+    choice["logprobs"] = want_logprobs ? chat_logprobs_json(logprobs, tokenizer) : json(nullptr);
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] =
+        want_logprobs ? completion_logprobs_json(logprobs, tokenizer, text_offset) : json(nullptr);
+  }
+  j["choices"] = json::array({choice});
+  return sse_data(j);
+}
+
+std::string finish_chunk(const ApiRequest& req, const ResponseMeta& meta, FinishReason reason) {
+  json j = chunk_base(req, meta);
+  json choice = {
+      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_string(reason)}};
+  if (req.endpoint == Endpoint::ChatCompletions) {
+    choice["delta"] = json::object();
+  } else {
+    choice["text"] = "";
+  }
+  j["choices"] = json::array({choice});
+  return sse_data(j);
+}
+
+std::string usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const Completion& c) {
+  json j = chunk_base(req, meta);
+  j["choices"] = json::array();
+  j["usage"] = usage_json(c);
+  return sse_data(j);
+}
+
+}  // namespace ember::server

@@ -1,0 +1,99 @@
+// The OpenAI wire format, kept apart from HTTP plumbing so it can be tested without sockets:
+// request JSON -> validated ApiRequest (or an OpenAI-style error), and engine events -> response
+// JSON / server-sent-event chunks for /v1/completions and /v1/chat/completions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "ember/engine/request.h"
+#include "ember/tokenizer/chat_template.h"
+
+namespace ember {
+class Tokenizer;
+}
+
+namespace ember::server {
+
+enum class Endpoint : uint8_t { Completions, ChatCompletions };
+
+// An error as OpenAI reports it: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty -> null
+  std::string code;   // empty -> null
+};
+std::string error_body(const ApiError& error);
+
+// A request that passed validation. The prompt is not tokenized yet (the handler does that with
+// the model's tokenizer and chat template).
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;       // stream_options.include_usage
+  std::string prompt_text;          // completions, string prompt
+  std::vector<int32_t> prompt_ids;  // completions, token-array prompt
+  bool prompt_is_ids = false;
+  std::vector<ChatMessage> messages;  // chat
+  std::optional<int64_t> max_tokens;  // absent: the server picks min(256, what fits)
+  GenerationRequest generation;       // sampling, stop, penalties, logprobs, ignore_eos
+  bool chat_logprobs = false;         // chat: logprobs: true
+  int32_t top_logprobs = 0;           // chat: alternatives per token
+};
+
+// Parses and validates a request body. Wrong types, out-of-range values, n != 1, empty
+// messages and unknown roles give a 400 naming the parameter.
+std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body);
+
+// Everything a finished (or finishing) request produced, accumulated from its stream events.
+struct Completion {
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;
+  FinishReason finish_reason = FinishReason::None;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+};
+
+// Identity shared by every chunk of one response.
+struct ResponseMeta {
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+// "stop", "length", and for requests that did not end normally "abort" / "error".
+const char* finish_reason_string(FinishReason reason);
+
+nlohmann::json usage_json(const Completion& c);
+// Non-streaming response bodies.
+nlohmann::json completion_response(const ApiRequest& req, const ResponseMeta& meta,
+                                   const Completion& c, const Tokenizer& tokenizer);
+
+// Streaming: each returns one SSE event, "data: {...}\n\n".
+std::string sse_data(const nlohmann::json& chunk);
+std::string sse_done();  // "data: [DONE]\n\n"
+// The chat stream opens with a delta carrying only the role.
+std::string chat_role_chunk(const ApiRequest& req, const ResponseMeta& meta);
+// A text increment (with its tokens' logprobs when asked for).
+std::string delta_chunk(const ApiRequest& req, const ResponseMeta& meta, const std::string& text,
+                        const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
+                        int64_t text_offset);
+// The closing chunk: empty delta (chat) / empty text (completions) with finish_reason.
+std::string finish_chunk(const ApiRequest& req, const ResponseMeta& meta, FinishReason reason);
+// stream_options.include_usage: a last chunk with no choices and the usage.
+std::string usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const Completion& c);
+
+// JSON dump that never throws on bytes that are not UTF-8 (they become U+FFFD).
+std::string dump_json(const nlohmann::json& j);
+
+}  // namespace ember::server

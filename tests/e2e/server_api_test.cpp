@@ -1,0 +1,268 @@
+// `ember serve` end to end over HTTP with stories260K: the OpenAI request/response shapes, SSE
+// streaming seen through curl, greedy output equal to `ember run`, and validation errors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+
+#include "e2e/server_test_util.h"
+#include "test_util.h"
+
+namespace ember {
+namespace {
+
+using nlohmann::json;
+
+class ServerApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto model = test::fixture("models/stories260K/stories260K.gguf");
+    if (!std::filesystem::exists(model)) return;
+    server_ =
+        std::make_unique<test::ServerProcess>("-m " + test::shell_quote(model.string()) + " -t 2");
+  }
+  static void TearDownTestSuite() { server_.reset(); }
+
+  void SetUp() override {
+    model_ = test::fixture("models/stories260K/stories260K.gguf").string();
+    EMBER_REQUIRE_FIXTURE(model_);
+    ASSERT_TRUE(server_ && server_->ready()) << (server_ ? server_->startup_error() : "");
+    port_ = server_->port();
+  }
+
+  // Asserts an OpenAI-style error body with the given status.
+  void expect_error(const test::HttpResult& r, int status, const std::string& param = "") {
+    EXPECT_EQ(r.status, status) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
+    EXPECT_TRUE(j["error"]["message"].is_string()) << r.body;
+    EXPECT_TRUE(j["error"]["type"].is_string()) << r.body;
+    EXPECT_TRUE(j["error"].contains("param") && j["error"].contains("code")) << r.body;
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param) << r.body;
+    }
+  }
+
+  std::string curl_stream(const json& body, const std::string& path) {
+    auto dir = test::scratch_dir("curl");
+    std::ofstream(dir / "body.json") << body.dump();
+    std::string out;
+    int rc = test::run_shell("curl -sN -H 'Content-Type: application/json' --data-binary @" +
+                                 test::shell_quote((dir / "body.json").string()) + " " +
+                                 server_->base_url() + path,
+                             &out);
+    EXPECT_EQ(rc, 0) << "curl failed";
+    std::filesystem::remove_all(dir);
+    return out;
+  }
+
+  static std::unique_ptr<test::ServerProcess> server_;
+  std::string model_;
+  int port_ = 0;
+};
+
+std::unique_ptr<test::ServerProcess> ServerApi::server_;
+
+TEST_F(ServerApi, HealthModelsAndUnknownRoutes) {
+  auto h = test::http_get(port_, "/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(json::parse(h.body)["status"], "ok");
+  auto m = test::http_get(port_, "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  json models = json::parse(m.body);
+  EXPECT_EQ(models["object"], "list");
+  ASSERT_EQ(models["data"].size(), 1u);
+  EXPECT_EQ(models["data"][0]["id"], "stories260K");
+  EXPECT_EQ(models["data"][0]["object"], "model");
+  expect_error(test::http_get(port_, "/v1/nothing"), 404);
+  expect_error(test::http_post(port_, "/v1/embeddings", "{}"), 404);
+  auto metrics = test::http_get(port_, "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("# TYPE ember_kv_blocks_used gauge"), std::string::npos);
+  EXPECT_NE(metrics.body.find("ember_time_to_first_token_seconds_bucket"), std::string::npos);
+}
+
+TEST_F(ServerApi, GreedyCompletionEqualsEmberRun) {
+  const std::string prompt = "Once upon a time";
+  std::string expected = test::ember_run_greedy(model_, prompt, 48);
+  auto r = test::post_json(
+      port_, "/v1/completions",
+      {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", 48}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "stories260K");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_TRUE(j["created"].is_number_integer());
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["text"], expected);
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  const json& usage = j["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 5);  // BOS + 4
+  int64_t completion = usage["completion_tokens"];
+  EXPECT_EQ(usage["total_tokens"], 5 + completion);
+  EXPECT_TRUE(usage["prompt_tokens_details"]["cached_tokens"].is_number_integer());
+  std::string finish = j["choices"][0]["finish_reason"];
+  EXPECT_TRUE(finish == "length" ? completion == 48 : finish == "stop") << r.body;
+}
+
+TEST_F(ServerApi, ChatWithPlainTemplateEqualsEmberRun) {
+  std::string expected = test::ember_run_greedy(model_, "Lily wanted", 40);
+  auto r =
+      test::post_json(port_, "/v1/chat/completions",
+                      {{"model", "stories260K"},
+                       {"messages", json::array({{{"role", "user"}, {"content", "Lily wanted"}}})},
+                       {"max_tokens", 40},
+                       {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], expected);
+}
+
+TEST_F(ServerApi, CompletionFromTokenIdsAndEmptyPrompt) {
+  // An empty prompt is BOS alone; like `ember run`, the first token's leading space is dropped.
+  auto r = test::post_json(port_, "/v1/completions",
+                           {{"prompt", ""}, {"max_tokens", 20}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string from_bos = json::parse(r.body)["choices"][0]["text"];
+  auto ids =
+      test::post_json(port_, "/v1/completions",
+                      {{"prompt", json::array({1})}, {"max_tokens", 20}, {"temperature", 0}});
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  EXPECT_EQ(json::parse(ids.body)["usage"]["prompt_tokens"], 1);
+  EXPECT_FALSE(from_bos.empty());
+  EXPECT_NE(from_bos[0], ' ');
+  std::ifstream in(test::fixture("models/stories260K/expected-greedy-200.txt"));
+  std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(expected.rfind(from_bos, 0), 0u) << from_bos;
+}
+
+TEST_F(ServerApi, StopStringsAndLogprobs) {
+  auto r = test::post_json(port_, "/v1/completions",
+                           {{"prompt", "Once upon a time"},
+                            {"max_tokens", 60},
+                            {"temperature", 0},
+                            {"stop", json::array({"Lily", "park"})},
+                            {"logprobs", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  std::string full = test::ember_run_greedy(model_, "Once upon a time", 60);
+  size_t cut = std::min(full.find("Lily"), full.find("park"));
+  ASSERT_NE(cut, std::string::npos) << "the greedy text should contain a stop string: " << full;
+  EXPECT_EQ(j["choices"][0]["text"], full.substr(0, cut));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  const json& lp = j["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << r.body;
+  EXPECT_EQ(lp["tokens"].size(), lp["token_logprobs"].size());
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  EXPECT_LE(lp["token_logprobs"][0].get<double>(), 0.0);
+}
+
+TEST_F(ServerApi, ChatStreamThroughCurlHasOpenAIsChunkFormat) {
+  json body = {{"model", "stories260K"},
+               {"messages", json::array({{{"role", "user"}, {"content", "Once upon a time"}}})},
+               {"max_tokens", 30},
+               {"temperature", 0},
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}}};
+  std::string out = curl_stream(body, "/v1/chat/completions");
+  ASSERT_GE(out.size(), 14u);
+  EXPECT_EQ(out.substr(out.size() - 14), "data: [DONE]\n\n");
+  std::vector<std::string> events = test::sse_events(out);
+  ASSERT_GE(events.size(), 4u) << out;
+  EXPECT_EQ(events.back(), "[DONE]");
+  json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  std::string text;
+  std::string id = first["id"];
+  size_t i = 1;  // content chunks until the one carrying finish_reason
+  for (; i < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["id"], id);
+    ASSERT_EQ(c["choices"].size(), 1u) << events[i];
+    if (!c["choices"][0]["finish_reason"].is_null()) break;
+    text += c["choices"][0]["delta"]["content"].get<std::string>();
+    EXPECT_TRUE(c["usage"].is_null());
+  }
+  ASSERT_LT(i + 2, events.size()) << out;
+  json fin = json::parse(events[i]);
+  EXPECT_EQ(fin["choices"][0]["delta"], json::object());
+  EXPECT_TRUE(fin["choices"][0]["finish_reason"] == "length" ||
+              fin["choices"][0]["finish_reason"] == "stop");
+  json usage = json::parse(events[i + 1]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(i + 2, events.size() - 1);
+  EXPECT_EQ(text, test::ember_run_greedy(model_, "Once upon a time", 30));
+}
+
+TEST_F(ServerApi, CompletionStreamThroughCurl) {
+  json body = {{"prompt", "Lily and Ben"},
+               {"max_tokens", 16},
+               {"temperature", 0},
+               {"stream", true},
+               {"ignore_eos", true}};
+  std::string out = curl_stream(body, "/v1/completions");
+  std::vector<std::string> events = test::sse_events(out);
+  ASSERT_GE(events.size(), 3u) << out;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+    text += c["choices"][0]["text"].get<std::string>();
+  }
+  json fin = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(fin["choices"][0]["text"], "");
+  EXPECT_EQ(text, test::ember_run_greedy(model_, "Lily and Ben", 16, /*ignore_eos=*/true));
+}
+
+TEST_F(ServerApi, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
+  const std::string c = "/v1/completions", chat = "/v1/chat/completions";
+  expect_error(test::http_post(port_, c, "{not json"), 400);
+  expect_error(test::http_post(port_, c, "[1, 2]"), 400);
+  expect_error(test::post_json(port_, c, {{"max_tokens", 5}}), 400, "prompt");
+  expect_error(test::post_json(port_, c, {{"prompt", 42}}), 400, "prompt");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"temperature", "hot"}}), 400,
+               "temperature");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"max_tokens", -5}}), 400, "max_tokens");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"max_tokens", 1.5}}), 400,
+               "max_tokens");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"max_tokens", 100000}}), 400,
+               "max_tokens");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"n", 2}}), 400, "n");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"stream", "yes"}}), 400, "stream");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"stop", json::array({1})}}), 400,
+               "stop");
+  expect_error(test::post_json(port_, c, {{"prompt", json::array({1, 100000})}}), 400);
+  expect_error(test::post_json(port_, chat, {{"messages", json::array()}}), 400, "messages");
+  expect_error(test::post_json(port_, chat, {{"prompt", "a"}}), 400, "messages");
+  expect_error(
+      test::post_json(port_, chat,
+                      {{"messages", json::array({{{"role", "wizard"}, {"content", "x"}}})}}),
+      400, "messages[0].role");
+  expect_error(test::post_json(port_, chat,
+                               {{"messages", json::array({{{"role", "user"}, {"content", 7}}})}}),
+               400, "messages[0].content");
+  // A 10 MB prompt: refused cleanly without tokenizing it.
+  std::string huge(10u << 20, 'a');
+  expect_error(test::post_json(port_, c, {{"prompt", huge}, {"max_tokens", 4}}), 400, "prompt");
+  // A body over the server's limit never reaches the handler.
+  std::string giant = "{\"prompt\": \"" + std::string(40u << 20, 'b') + "\"}";
+  auto too_big = test::http_post(port_, c, giant);
+  EXPECT_TRUE(too_big.status == 413 || too_big.status == 0) << too_big.status;
+  EXPECT_EQ(test::http_get(port_, "/health").status, 200);
+  auto ok = test::post_json(port_, c, {{"prompt", "a"}, {"max_tokens", 2}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,128 @@
+// `ember serve` driven by the official `openai` npm package: a chat completion, a streaming chat
+// completion, a completion, an error, and 32 concurrent streams (Promise.all), compared with
+// `ember run --temp 0`. The package is installed into the build tree on first use; the test
+// skips (with the reason) when node/npm are missing or the install fails (e.g. offline).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "e2e/server_test_util.h"
+#include "test_util.h"
+
+namespace ember {
+namespace {
+
+using nlohmann::json;
+
+const char* kClientScript = R"JS(
+import OpenAI from 'openai';
+const baseURL = process.argv[2];
+const model = 'stories260K';
+const client = new OpenAI({ baseURL, apiKey: 'sk-ember-test', maxRetries: 0, timeout: 60000 });
+const out = {};
+
+const chat = await client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 40, temperature: 0 });
+out.chat = chat.choices[0].message.content;
+out.chat_role = chat.choices[0].message.role;
+out.chat_usage = chat.usage;
+
+const stream = await client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 40, temperature: 0,
+  stream: true, stream_options: { include_usage: true } });
+out.stream = ''; out.stream_roles = 0; out.stream_finish = null; out.stream_usage = null;
+for await (const chunk of stream) {
+  if (chunk.usage) out.stream_usage = chunk.usage;
+  const c = chunk.choices[0];
+  if (!c) continue;
+  if (c.delta.role) out.stream_roles++;
+  if (c.delta.content) out.stream += c.delta.content;
+  if (c.finish_reason) out.stream_finish = c.finish_reason;
+}
+
+const completion = await client.completions.create({
+  model, prompt: 'Lily and Ben', max_tokens: 30, temperature: 0 });
+out.completion = completion.choices[0].text;
+out.completion_finish = completion.choices[0].finish_reason;
+
+try {
+  await client.chat.completions.create({ model, messages: [] });
+  out.error_status = 0;
+} catch (e) {
+  out.error_status = e.status;
+  out.error_param = e.param ?? null;
+}
+
+const runs = [];
+for (let i = 0; i < 32; i++) {
+  runs.push((async () => {
+    const s = await client.completions.create({
+      model, prompt: 'Tom ' + i, max_tokens: 4 + i, temperature: 0.7, seed: i, ignore_eos: true,
+      stream: true, stream_options: { include_usage: true } });
+    let usage = null;
+    for await (const chunk of s) if (chunk.usage) usage = chunk.usage;
+    return usage ? usage.completion_tokens : -1;
+  })());
+}
+out.concurrent = await Promise.all(runs);
+console.log(JSON.stringify(out));
+)JS";
+
+// Installs `openai` into <build dir>/openai-node once; returns "" or why it could not.
+std::string install_openai(const std::filesystem::path& dir) {
+  std::string out;
+  if (test::run_shell("node --version 2>/dev/null", &out) != 0) return "node is not installed";
+  if (test::run_shell("npm --version 2>/dev/null", &out) != 0) return "npm is not installed";
+  if (std::filesystem::exists(dir / "node_modules/openai/package.json")) return "";
+  std::filesystem::create_directories(dir);
+  if (!std::filesystem::exists(dir / "package.json")) {
+    std::ofstream(dir / "package.json") << R"({"name": "ember-openai-test", "private": true})";
+  }
+  int rc =
+      test::run_shell("cd " + test::shell_quote(dir.string()) +
+                          " && timeout 180 npm install --no-audit --no-fund --loglevel=error openai"
+                          " 2>&1",
+                      &out);
+  if (rc != 0 || !std::filesystem::exists(dir / "node_modules/openai/package.json")) {
+    return "npm install openai failed (offline?): " + out;
+  }
+  return "";
+}
+
+TEST(ServerOpenAINode, OfficialClientChatStreamCompletionAndConcurrency) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf").string();
+  EMBER_REQUIRE_FIXTURE(model);
+  auto dir = std::filesystem::path(test::ember_binary()).parent_path() / "openai-node";
+  std::string why = install_openai(dir);
+  if (!why.empty()) GTEST_SKIP() << why;
+  std::ofstream(dir / "client.mjs") << kClientScript;
+
+  test::ServerProcess server("-m " + test::shell_quote(model) + " -t 2 --max-seqs 32");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  std::string out;
+  int rc = test::run_shell("cd " + test::shell_quote(dir.string()) +
+                               " && timeout 120 node client.mjs " + server.base_url() + "/v1 2>&1",
+                           &out);
+  ASSERT_EQ(rc, 0) << out << "\nserver log:\n" << server.log();
+  json r = json::parse(out, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out;
+
+  std::string story = test::ember_run_greedy(model, "Once upon a time", 40);
+  EXPECT_EQ(r["chat"], story);
+  EXPECT_EQ(r["chat_role"], "assistant");
+  EXPECT_EQ(r["chat_usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(r["stream"], story);
+  EXPECT_EQ(r["stream_roles"], 1);
+  EXPECT_TRUE(r["stream_finish"] == "length" || r["stream_finish"] == "stop") << out;
+  EXPECT_EQ(r["stream_usage"]["completion_tokens"], r["chat_usage"]["completion_tokens"]);
+  EXPECT_EQ(r["completion"], test::ember_run_greedy(model, "Lily and Ben", 30));
+  EXPECT_EQ(r["error_status"], 400);
+  EXPECT_EQ(r["error_param"], "messages");
+  ASSERT_EQ(r["concurrent"].size(), 32u) << out;
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(r["concurrent"][static_cast<size_t>(i)], 4 + i) << i;
+  auto m = test::server_metrics(server.port());
+  EXPECT_EQ(m["ember_requests_cancelled_total"], 0);
+}
+
+}  // namespace
+}  // namespace ember
