@@ -34,6 +34,8 @@ Command add_inspect_command(CLI::App& app);
 Command add_score_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
+Command add_tokenize_command(CLI::App& app);
+Command add_chat_command(CLI::App& app);
 
 // Default model when -m is absent: the stories260K fixture beside the repo (or $EMBER_FIXTURES).
 std::string default_model_path();

@@ -86,6 +86,13 @@ int64_t Engine::attach_cached_prefix(Sequence& seq, std::span<const int32_t> pro
   return n;
 }
 
+void Engine::truncate(Sequence& seq, int64_t n_tokens) {
+  if (n_tokens >= seq.n_cached) return;
+  kv_.truncate(seq.block_table, n_tokens);
+  seq.n_cached = n_tokens;
+  seq.tokens.resize(static_cast<size_t>(n_tokens));
+}
+
 void Engine::release(Sequence& seq) {
   kv_.release(seq.block_table);
   seq.n_cached = 0;

@@ -47,6 +47,9 @@ class Engine {
   // For a fresh sequence about to run `prompt`: attaches the prefix-cached blocks of it and marks
   // those tokens computed (seq.tokens = that prefix). Returns how many tokens were cached.
   int64_t attach_cached_prefix(Sequence& seq, std::span<const int32_t> prompt);
+  // Forgets the sequence's cache past its first n_tokens tokens (e.g. to re-prefill from where a
+  // re-rendered chat history diverges from what is cached).
+  void truncate(Sequence& seq, int64_t n_tokens);
   // Returns the sequence's blocks to the pool and forgets its cache.
   void release(Sequence& seq);
 

@@ -1,5 +1,6 @@
 #include "ember/kv/kv_block_manager.h"
 
+#include <algorithm>
 #include <string>
 
 #include "ember/core/error.h"
@@ -134,6 +135,28 @@ void KvBlockManager::release(KvBlockTable& table) {
   for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) drop(*it);
   table.blocks.clear();
   table.hashes.clear();
+}
+
+void KvBlockManager::truncate(KvBlockTable& table, int64_t n_tokens) {
+  const size_t keep = static_cast<size_t>((n_tokens + block_size() - 1) / block_size());
+  while (table.blocks.size() > keep) {
+    drop(table.blocks.back());
+    table.blocks.pop_back();
+  }
+  // Only blocks that are still completely valid keep their hash in this table.
+  const size_t full = static_cast<size_t>(n_tokens / block_size());
+  table.hashes.resize(std::min(table.hashes.size(), full));
+  // A kept partial block will be rewritten past n_tokens: it must leave the prefix cache.
+  if (table.blocks.size() > full) {
+    int32_t last = table.blocks.back();
+    if (block_hash_of_[last] != 0) {
+      if (ref_counts_[last] > 1) {
+        throw Error("KV cache: cannot truncate inside a block shared with another sequence");
+      }
+      cache_.erase(block_hash_of_[last]);
+      block_hash_of_[last] = 0;
+    }
+  }
 }
 
 }  // namespace ember

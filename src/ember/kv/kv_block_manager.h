@@ -46,6 +46,9 @@ class KvBlockManager {
   void commit(KvBlockTable& table, std::span<const int32_t> tokens);
   // Drops the table's references; blocks that reach zero become free (or cached, if hashed).
   void release(KvBlockTable& table);
+  // Keeps only the blocks covering positions [0, n_tokens); the rest are released. A kept
+  // partial block is forgotten by the prefix cache's chain of this table (it will be rewritten).
+  void truncate(KvBlockTable& table, int64_t n_tokens);
 
   int64_t n_blocks() const { return pool_.n_blocks(); }
   // Blocks a new allocation can take: never-used + evictable cached ones.
