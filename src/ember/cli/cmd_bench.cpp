@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
@@ -24,6 +25,8 @@ struct BenchOptions {
   int64_t gen_tokens = 128;
   int64_t batch = 1;
   int repetitions = 3;
+  int64_t decode_context = 0;  // prompt tokens each decoding sequence starts from
+  int64_t prefix_tokens = 0;   // > 0: also time a prefix-cache hit on a prompt this long
   bool json = false;
 };
 
@@ -59,14 +62,23 @@ double time_prefill(Engine& engine, int64_t n, std::mt19937& rng) {
   return elapsed;
 }
 
-// B sequences, each started from one token, then n decode steps of B tokens (greedy); seconds.
-double time_decode(Engine& engine, int64_t batch, int64_t n, std::mt19937& rng) {
+// B sequences, each started from a `context`-token prompt (prefilled together, untimed), then n
+// decode steps of B tokens (greedy); seconds.
+double time_decode(Engine& engine, int64_t batch, int64_t n, int64_t context, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(engine.vocab_size() - 1));
   std::vector<Sequence> seqs(static_cast<size_t>(batch));
   std::vector<int32_t> next(static_cast<size_t>(batch));
   for (auto& t : next) t = pick(rng);
   std::vector<FeedRequest> requests(static_cast<size_t>(batch));
   const int64_t V = engine.vocab_size();
+  if (context > 0) {
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < context; ++i) prompts[b].push_back(pick(rng));
+      requests[b] = {&seqs[b], prompts[b], false, false};
+    }
+    engine.feed(requests);
+  }
   auto step = [&] {
     for (int64_t b = 0; b < batch; ++b) {
       requests[b] = {&seqs[b], std::span<const int32_t>(&next[b], 1), false};
@@ -82,6 +94,36 @@ double time_decode(Engine& engine, int64_t batch, int64_t n, std::mt19937& rng) 
   return elapsed;
 }
 
+// Time to first token for a cold P-token prompt, then for a second request sharing all of it
+// (prefix cache on): returns {cold seconds, warm seconds, cached tokens}.
+struct PrefixResult {
+  double cold = 0, warm = 0;
+  int64_t cached = 0;
+};
+PrefixResult time_prefix_hit(const ModelWeights& weights, const EngineOptions& base, int64_t n,
+                             std::mt19937& rng) {
+  EngineOptions eo = base;
+  eo.prefix_caching = true;
+  eo.max_context = std::max<int64_t>(eo.max_context, n + 1);
+  Engine engine(weights, eo);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(engine.vocab_size() - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  for (auto& t : prompt) t = pick(rng);
+  auto first_token = [&](Sequence& seq) {
+    double start = now_seconds();
+    int64_t cached = engine.attach_cached_prefix(seq, prompt);
+    argmax(engine.feed(seq, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cached))));
+    return std::pair<double, int64_t>(now_seconds() - start, cached);
+  };
+  Sequence cold, warm;
+  PrefixResult r;
+  r.cold = first_token(cold).first;
+  engine.release(cold);
+  std::tie(r.warm, r.cached) = first_token(warm);
+  engine.release(warm);
+  return r;
+}
+
 int bench_command(const BenchOptions& o) {
   if (o.prompt_tokens < 0 || o.gen_tokens < 0 || o.batch < 1 || o.repetitions < 1) {
     throw Error("bench: -p and -n must be >= 0, --batch and -r >= 1");
@@ -89,24 +131,26 @@ int bench_command(const BenchOptions& o) {
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
   EngineOptions eo;
   eo.n_threads = o.model.threads;
-  eo.max_context = std::max<int64_t>({o.prompt_tokens, o.gen_tokens + 1, 16});
+  eo.max_context = std::max<int64_t>({o.prompt_tokens, o.decode_context + o.gen_tokens + 1, 16});
   eo.max_sequences = o.batch;
   Engine engine(model.weights, eo);
   std::mt19937 rng(42);
 
   // Warm-up: touch every weight page and the KV pool once.
   time_prefill(engine, std::min<int64_t>(16, eo.max_context), rng);
-  if (o.gen_tokens > 0) time_decode(engine, o.batch, std::min<int64_t>(4, o.gen_tokens), rng);
+  if (o.gen_tokens > 0) time_decode(engine, o.batch, std::min<int64_t>(4, o.gen_tokens), 0, rng);
 
   std::vector<double> pp, tg;
   for (int r = 0; r < o.repetitions; ++r) {
     if (o.prompt_tokens > 0) pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
     if (o.gen_tokens > 0) {
       tg.push_back(static_cast<double>(o.batch * o.gen_tokens) /
-                   time_decode(engine, o.batch, o.gen_tokens, rng));
+                   time_decode(engine, o.batch, o.gen_tokens, o.decode_context, rng));
     }
   }
   Summary pps = summarize(pp), tgs = summarize(tg);
+  PrefixResult prefix;
+  if (o.prefix_tokens > 0) prefix = time_prefix_hit(model.weights, eo, o.prefix_tokens, rng);
   const ModelConfig& c = model.weights.config;
   const double weight_mb = static_cast<double>(model.weights.matrix_bytes()) / 1e6;
 
@@ -123,6 +167,11 @@ int bench_command(const BenchOptions& o) {
     j["n_params_layers"] = c.n_layers;
     if (!pp.empty()) j["pp"] = {{"tokens", o.prompt_tokens}, {"tok_per_s", pps.median}, {"min", pps.min}, {"max", pps.max}, {"runs", pp}};
     if (!tg.empty()) j["tg"] = {{"tokens", o.gen_tokens}, {"tok_per_s", tgs.median}, {"min", tgs.min}, {"max", tgs.max}, {"runs", tg}};
+    if (o.prefix_tokens > 0) {
+      j["prefix_cache"] = {{"prompt_tokens", o.prefix_tokens}, {"cached_tokens", prefix.cached},
+                           {"ttft_cold_s", prefix.cold}, {"ttft_warm_s", prefix.warm},
+                           {"warm_over_cold", prefix.warm / prefix.cold}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -138,6 +187,11 @@ int bench_command(const BenchOptions& o) {
     std::printf("| tg%-6lld | %5lld | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.gen_tokens,
                 (long long)o.batch, tgs.median, tgs.min, tgs.max);
   }
+  if (o.prefix_tokens > 0) {
+    std::printf("prefix cache: %lld-token prompt, TTFT cold %.1f ms, warm %.1f ms (%lld tokens cached), warm/cold %.3f\n",
+                (long long)o.prefix_tokens, prefix.cold * 1e3, prefix.warm * 1e3, (long long)prefix.cached,
+                prefix.warm / prefix.cold);
+  }
   return 0;
 }
 
@@ -152,6 +206,9 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("-b,--batch", o->batch, "Sequences decoding together")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->repetitions, "Timed repetitions (median reported)")->capture_default_str();
   cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
+  cmd->add_option("--decode-context", o->decode_context, "Prompt tokens each decoding sequence starts from")
+      ->capture_default_str();
+  cmd->add_option("--prefix-tokens", o->prefix_tokens, "Also time TTFT of a prefix-cache hit on a prompt this long");
   cmd->add_flag("--json", o->json, "Machine-readable output");
   return [o] { return bench_command(*o); };
 }
