@@ -38,9 +38,12 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--mb") mb = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    if (a == "--mb")
+      mb = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else if (a == "--reps")
+      reps = std::atoi(argv[i + 1]);
   }
   const size_t n = mb * 1024 * 1024 / sizeof(float);
   float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
@@ -64,8 +67,9 @@ int main(int argc, char** argv) {
     gbps.push_back(static_cast<double>(n * sizeof(float)) / s / 1e9);
   }
   std::sort(gbps.begin(), gbps.end());
-  std::printf("read bandwidth: %.1f GB/s median (min %.1f, max %.1f) over %d reps, %zu MB, %d threads\n",
-              gbps[gbps.size() / 2], gbps.front(), gbps.back(), reps, mb, threads);
+  std::printf(
+      "read bandwidth: %.1f GB/s median (min %.1f, max %.1f) over %d reps, %zu MB, %d threads\n",
+      gbps[gbps.size() / 2], gbps.front(), gbps.back(), reps, mb, threads);
   std::free(buf);
   return 0;
 }

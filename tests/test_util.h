@@ -15,14 +15,16 @@ inline std::filesystem::path fixtures_dir() {
   return EMBER_DEFAULT_FIXTURES;
 }
 
-inline std::filesystem::path fixture(const std::string& relative) { return fixtures_dir() / relative; }
+inline std::filesystem::path fixture(const std::string& relative) {
+  return fixtures_dir() / relative;
+}
 
 // Skips the calling test with a clear message when a fixture is absent (never a silent pass).
-#define EMBER_REQUIRE_FIXTURE(path)                                                          \
-  do {                                                                                       \
-    if (!std::filesystem::exists(path))                                                      \
-      GTEST_SKIP() << "fixture not found: " << (path)                                        \
-                   << " (set EMBER_FIXTURES to the shared fixtures directory)";              \
+#define EMBER_REQUIRE_FIXTURE(path)                                             \
+  do {                                                                          \
+    if (!std::filesystem::exists(path))                                         \
+      GTEST_SKIP() << "fixture not found: " << (path)                           \
+                   << " (set EMBER_FIXTURES to the shared fixtures directory)"; \
   } while (0)
 
 // A fresh scratch directory for one test, under the system temp dir.
@@ -34,7 +36,9 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
   return dir;
 }
 
-inline std::string ember_binary() { return EMBER_BINARY; }
+inline std::string ember_binary() {
+  return EMBER_BINARY;
+}
 
 struct CommandResult {
   int exit_code = -1;
@@ -48,8 +52,10 @@ CommandResult run_ember(const std::string& args);
 inline std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
+    if (c == '\'')
+      q += "'\\''";
+    else
+      q += c;
   }
   return q + "'";
 }

@@ -16,12 +16,13 @@ TEST(CliTokenize, SmolLM2EncodingsAndSpecialTokens) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "504 3575 282 4649 314\n");
   auto special = test::run_ember("tokenize " + m + " --ids --no-bos --special -p " +
-                                  test::shell_quote("<|im_start|>user\nhi<|im_end|>\n"));
+                                 test::shell_quote("<|im_start|>user\nhi<|im_end|>\n"));
   ASSERT_EQ(special.exit_code, 0) << special.err;
   EXPECT_EQ(special.out.rfind("1 ", 0), 0u) << special.out;
   EXPECT_NE(special.out.find(" 2 198\n"), std::string::npos) << special.out;
   auto plain = test::run_ember("tokenize " + m + " --ids --no-bos -p '<|im_start|>'");
-  EXPECT_EQ(plain.out.find("1\n"), std::string::npos) << "without --special the marker is text: " << plain.out;
+  EXPECT_EQ(plain.out.find("1\n"), std::string::npos)
+      << "without --special the marker is text: " << plain.out;
   auto pieces = test::run_ember("tokenize " + m + " --no-bos -p 'hi there'");
   EXPECT_NE(pieces.out.find("-> ' there'"), std::string::npos) << pieces.out;
 }
@@ -43,8 +44,9 @@ TEST(CliChat, KeepsTheCacheBetweenTurns) {
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
   // run_ember reads stdin from /dev/null, so pipe the turns in through the shell.
-  std::string cmd = "printf 'Once upon a time\\nThe dog\\n/exit\\nignored\\n' | " + test::shell_quote(test::ember_binary()) +
-                    " chat -m " + test::shell_quote(model.string()) + " --temp 0 -n 20 2>&1";
+  std::string cmd = "printf 'Once upon a time\\nThe dog\\n/exit\\nignored\\n' | " +
+                    test::shell_quote(test::ember_binary()) + " chat -m " +
+                    test::shell_quote(model.string()) + " --temp 0 -n 20 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;
@@ -54,7 +56,8 @@ TEST(CliChat, KeepsTheCacheBetweenTurns) {
   ASSERT_EQ(pclose(p), 0) << out;
   EXPECT_NE(out.find(", there was a little girl named Lily"), std::string::npos) << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("turn 2: (\\d+) prompt tokens, (\\d+) reused"))) << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("turn 2: (\\d+) prompt tokens, (\\d+) reused")))
+      << out;
   EXPECT_GT(std::stoi(m[2]), 0) << "the second turn reuses the first turn's cache";
   EXPECT_LT(std::stoi(m[2]), std::stoi(m[1]));
   EXPECT_EQ(out.find("turn 3"), std::string::npos) << "/exit ends the chat";

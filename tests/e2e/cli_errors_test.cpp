@@ -25,7 +25,9 @@ void expect_clean_failure(const std::string& args, const std::string& must_menti
   EXPECT_NE(r.exit_code, 0) << args;
   EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << args << "\n" << r.err;
   EXPECT_NE(r.err.find("error:"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(must_mention), std::string::npos) << "stderr should mention '" << must_mention << "':\n" << r.err;
+  EXPECT_NE(r.err.find(must_mention), std::string::npos)
+      << "stderr should mention '" << must_mention << "':\n"
+      << r.err;
   EXPECT_EQ(r.err.find("AddressSanitizer"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("runtime error"), std::string::npos) << r.err;
 }
@@ -65,7 +67,8 @@ TEST(CliErrors, BadGgufHeaderFields) {
   expect_clean_failure("inspect " + test::shell_quote(version.string()), "version");
   auto count = dir / "count.gguf";
   // v3, tensor_count = 2^40, kv_count = 0.
-  write_bytes(count, std::string("GGUF\x03\0\0\0", 8) + std::string("\0\0\0\0\0\x01\0\0", 8) + std::string(8, '\0'));
+  write_bytes(count, std::string("GGUF\x03\0\0\0", 8) + std::string("\0\0\0\0\0\x01\0\0", 8) +
+                         std::string(8, '\0'));
   expect_clean_failure("inspect " + test::shell_quote(count.string()), count.string());
 }
 
@@ -73,8 +76,10 @@ TEST(CliErrors, ConfigMissingFieldAndUnknownDtype) {
   auto dir = test::scratch_dir("cli-config");
   std::ofstream(dir / "config.json") << R"({"hidden_size": 64, "intermediate_size": 128,
       "num_attention_heads": 4, "vocab_size": 100})";
-  expect_clean_failure("inspect " + test::shell_quote(dir.string()) + " --dummy", "num_hidden_layers");
-  expect_clean_failure("run -m " + test::shell_quote(dir.string()) + " --dummy", "num_hidden_layers");
+  expect_clean_failure("inspect " + test::shell_quote(dir.string()) + " --dummy",
+                       "num_hidden_layers");
+  expect_clean_failure("run -m " + test::shell_quote(dir.string()) + " --dummy",
+                       "num_hidden_layers");
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
   expect_clean_failure("run -m " + test::shell_quote(model.string()) + " --dtype q3_k", "q3_k");
@@ -84,10 +89,12 @@ TEST(CliErrors, SafetensorsOffsetsPastTheEnd) {
   auto dir = test::scratch_dir("cli-safetensors");
   std::ofstream(dir / "config.json") << R"({"hidden_size": 64, "intermediate_size": 128,
       "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100})";
-  std::string header = R"({"model.embed_tokens.weight":{"dtype":"F32","shape":[100,64],"data_offsets":[0,25600]}})";
+  std::string header =
+      R"({"model.embed_tokens.weight":{"dtype":"F32","shape":[100,64],"data_offsets":[0,25600]}})";
   std::string bytes(8, '\0');
   uint64_t len = header.size();
-  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    bytes[static_cast<size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
   write_bytes(dir / "model.safetensors", bytes + header + std::string(100, '\0'));
   expect_clean_failure("run -m " + test::shell_quote(dir.string()) + " -n 1", "model.safetensors");
 }

@@ -14,10 +14,12 @@ TEST(CliInspect, SmolLM2ConfigNumbersInTextAndJson) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("134,515,008"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("d_model 576, d_ffn 1536, layers 30, heads 9, kv heads 3, head_dim 64"),
-            std::string::npos) << text.out;
+            std::string::npos)
+      << text.out;
   EXPECT_NE(text.out.find("23,040 bytes/token"), std::string::npos) << text.out;
 
-  for (std::string target : {dir.string() + " --dummy", (dir / "config.json").string(), dir.string()}) {
+  for (std::string target :
+       {dir.string() + " --dummy", (dir / "config.json").string(), dir.string()}) {
     auto r = test::run_ember("inspect " + target + " --json --ctx 8192 --batch 4");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
@@ -45,7 +47,9 @@ TEST(CliInspect, Stories260KGgufListsTensorsInNaturalOrder) {
   ASSERT_EQ(j["tensors"].size(), 48u);
   std::vector<std::string> names;
   for (const auto& t : j["tensors"]) names.push_back(t["name"]);
-  auto pos = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) - names.begin(); };
+  auto pos = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) - names.begin();
+  };
   EXPECT_LT(pos("blk.1.attn_k.weight"), pos("blk.2.attn_k.weight"));
   EXPECT_EQ(j["architecture"]["n_kv_heads"], 4);
   EXPECT_EQ(j["architecture"]["d_model"], 64);

@@ -51,7 +51,8 @@ TEST(CliRun, GreedyStories260KFromLlama2cBin) {
 TEST(CliRun, GreedyIsTheSameForEveryThreadCount) {
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
-  std::string base = "run -m " + test::shell_quote(model.string()) + " -p 'Once upon a time' --temp 0 -n 60";
+  std::string base =
+      "run -m " + test::shell_quote(model.string()) + " -p 'Once upon a time' --temp 0 -n 60";
   auto one = test::run_ember(base + " -t 1");
   auto two = test::run_ember(base + " -t 2");
   ASSERT_EQ(one.exit_code, 0) << one.err;
@@ -76,7 +77,8 @@ TEST(CliRun, SameSeedSameTextDifferentSeedDifferentText) {
 TEST(CliRun, HelpListsTheSamplingFlags) {
   auto r = test::run_ember("run --help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--dtype", "--dummy"}) {
+  for (const char* flag : {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed",
+                           "--dtype", "--dummy"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }

@@ -15,12 +15,15 @@ TEST(CliScore, PerplexityAndLogitsFile) {
   EMBER_REQUIRE_FIXTURE(model);
   auto dir = test::scratch_dir("score");
   auto logits = dir / "logits.bin";
-  auto r = test::run_ember("score -m " + test::shell_quote(model.string()) +
-                           " -p 'Once upon a time, there was a little girl named Lily.' --logits-out " +
-                           test::shell_quote(logits.string()));
+  auto r =
+      test::run_ember("score -m " + test::shell_quote(model.string()) +
+                      " -p 'Once upon a time, there was a little girl named Lily.' --logits-out " +
+                      test::shell_quote(logits.string()));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("tokens (\\d+), scored (\\d+), mean nll ([0-9.]+), perplexity ([0-9.]+)")))
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex("tokens (\\d+), scored (\\d+), mean nll ([0-9.]+), perplexity ([0-9.]+)")))
       << r.out;
   int n_tokens = std::stoi(m[1]);
   double ppl = std::stod(m[4]);
@@ -44,7 +47,8 @@ TEST(CliScore, PerplexityAndLogitsFile) {
   std::getline(lines, line);  // header
   while (std::getline(lines, line)) {
     std::smatch row;
-    if (std::regex_search(line, row, std::regex("^\\s*(\\d+)\\s+(\\d+)\\s"))) ids.push_back(std::stoi(row[2]));
+    if (std::regex_search(line, row, std::regex("^\\s*(\\d+)\\s+(\\d+)\\s")))
+      ids.push_back(std::stoi(row[2]));
   }
   ASSERT_EQ(static_cast<int>(ids.size()), n_tokens - 1);
   double nll = 0;
@@ -61,7 +65,8 @@ TEST(CliScore, PerplexityAndLogitsFile) {
 TEST(CliScore, IdsNeedNoTokenizerAndBadIdsAreRejected) {
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
-  auto ok = test::run_ember("score -m " + test::shell_quote(model.string()) + " --ids 1,403,407,261 -q");
+  auto ok =
+      test::run_ember("score -m " + test::shell_quote(model.string()) + " --ids 1,403,407,261 -q");
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("tokens 4, scored 3"), std::string::npos) << ok.out;
   auto bad = test::run_ember("score -m " + test::shell_quote(model.string()) + " --ids 1,99999");

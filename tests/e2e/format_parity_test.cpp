@@ -14,7 +14,8 @@
 namespace ember {
 namespace {
 
-std::vector<float> all_logits(const std::string& path, const std::vector<int32_t>& ids, int64_t* argmax_out) {
+std::vector<float> all_logits(const std::string& path, const std::vector<int32_t>& ids,
+                              int64_t* argmax_out) {
   LoadOptions o;
   o.path = path;
   o.load_tokenizer = false;
@@ -43,25 +44,30 @@ TEST(FormatParity, HfSafetensorsAndGgufGiveTheSameLogits) {
   // Debian's python3 has python3-numpy; a python3 earlier on PATH (pyenv, venv) may not.
   std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
   if (std::system((python + " -c 'import numpy' >/dev/null 2>&1").c_str()) != 0) {
-    GTEST_SKIP() << "python3 with numpy is needed to write the dummy model (scripts/setup.sh installs python3-numpy)";
+    GTEST_SKIP() << "python3 with numpy is needed to write the dummy model (scripts/setup.sh "
+                    "installs python3-numpy)";
   }
   auto dir = test::scratch_dir("parity");
-  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+  std::ofstream(dir / "config.json")
+      << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
     "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "vocab_size": 49152, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
     "max_position_embeddings": 256, "tie_word_embeddings": true, "torch_dtype": "bfloat16"})";
   std::string base = python + " " + test::shell_quote(tool.string()) + " --config " +
                      test::shell_quote((dir / "config.json").string()) + " --tokenizer " +
                      test::shell_quote(tokenizer.string());
-  ASSERT_EQ(std::system((base + " --hf-out " + test::shell_quote((dir / "hf").string()) + " --gguf-out " +
-                         test::shell_quote((dir / "f32.gguf").string()) + " --gguf-dtype f32 >/dev/null")
+  ASSERT_EQ(
+      std::system((base + " --hf-out " + test::shell_quote((dir / "hf").string()) + " --gguf-out " +
+                   test::shell_quote((dir / "f32.gguf").string()) + " --gguf-dtype f32 >/dev/null")
+                      .c_str()),
+      0);
+  ASSERT_EQ(std::system((base + " --gguf-out " + test::shell_quote((dir / "q8.gguf").string()) +
+                         " --gguf-dtype q8_0 >/dev/null")
                             .c_str()),
             0);
-  ASSERT_EQ(std::system((base + " --gguf-out " + test::shell_quote((dir / "q8.gguf").string()) +
-                         " --gguf-dtype q8_0 >/dev/null").c_str()),
-            0);
 
-  std::vector<int32_t> ids = {1, 504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30, 504, 3575, 282, 4649, 314};
+  std::vector<int32_t> ids = {1,     504,  2365, 6354, 16438, 27003, 690,  260,
+                              23790, 2767, 30,   504,  3575,  282,   4649, 314};
   std::vector<int64_t> hf_top(ids.size()), gguf_top(ids.size()), q8_top(ids.size());
   auto hf = all_logits((dir / "hf").string(), ids, hf_top.data());
   auto f32 = all_logits((dir / "f32.gguf").string(), ids, gguf_top.data());
@@ -73,11 +79,13 @@ TEST(FormatParity, HfSafetensorsAndGgufGiveTheSameLogits) {
     worst = std::max(worst, static_cast<double>(std::fabs(hf[i] - f32[i])));
     scale = std::max(scale, static_cast<double>(std::fabs(f32[i])));
   }
-  EXPECT_LE(worst, 1e-4 * std::max(1.0, scale)) << "max |hf - gguf| " << worst << " for max |logit| " << scale;
+  EXPECT_LE(worst, 1e-4 * std::max(1.0, scale))
+      << "max |hf - gguf| " << worst << " for max |logit| " << scale;
   EXPECT_EQ(hf_top, gguf_top);
   // q8_0 is lossy but close: logits within a few percent of their range.
   double q8_worst = 0;
-  for (size_t i = 0; i < hf.size(); ++i) q8_worst = std::max(q8_worst, static_cast<double>(std::fabs(q8[i] - f32[i])));
+  for (size_t i = 0; i < hf.size(); ++i)
+    q8_worst = std::max(q8_worst, static_cast<double>(std::fabs(q8[i] - f32[i])));
   EXPECT_LE(q8_worst, 0.05 * std::max(1e-3, scale)) << q8_worst << " vs " << scale;
 }
 

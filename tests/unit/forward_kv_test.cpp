@@ -16,7 +16,8 @@ namespace {
 double max_rel_diff(const float* a, const float* b, int64_t n) {
   double worst = 0;
   for (int64_t i = 0; i < n; ++i) {
-    double d = std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(1.0, std::fabs(static_cast<double>(b[i])));
+    double d = std::fabs(static_cast<double>(a[i]) - b[i]) /
+               std::max(1.0, std::fabs(static_cast<double>(b[i])));
     worst = std::max(worst, d);
   }
   return worst;
@@ -56,7 +57,8 @@ void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int3
                            {&half, std::span<const int32_t>(&tokens[t], 1), false}};
     std::span<const float> rows = engine.feed(reqs);
     ASSERT_EQ(rows.size(), 2 * static_cast<size_t>(V));
-    EXPECT_LE(max_rel_diff(rows.data() + V, prefill.data() + t * V, V), 1e-5) << "batched token " << t;
+    EXPECT_LE(max_rel_diff(rows.data() + V, prefill.data() + t * V, V), 1e-5)
+        << "batched token " << t;
   }
   engine.release(inc);
   engine.release(half);
@@ -72,9 +74,9 @@ TEST(ForwardKv, DecodeEqualsPrefillOnStories260K) {
   o.load_tokenizer = false;
   LoadedModel m = load_model(o);
   ASSERT_EQ(m.matrix_dtype, DType::F32);
-  std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 434, 267, 339, 365, 272, 30, 405, 289,
-                                 263, 360, 285, 398, 416, 271, 300, 47, 280, 59, 261, 322, 11};
-  expect_decode_matches_prefill(m.weights, tokens, 4);   // many block boundaries
+  std::vector<int32_t> tokens = {1,   403, 407, 261, 378, 434, 267, 339, 365, 272, 30,  405, 289,
+                                 263, 360, 285, 398, 416, 271, 300, 47,  280, 59,  261, 322, 11};
+  expect_decode_matches_prefill(m.weights, tokens, 4);  // many block boundaries
   expect_decode_matches_prefill(m.weights, tokens, 16);
 }
 

@@ -148,14 +148,17 @@ TEST_F(ServingEngineTest, PrefixCacheHitsEveryFullBlockOfASharedPrefix) {
   so.engine.prefix_caching = true;
   ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
   auto p = prompt(300, 5);
-  std::vector<std::shared_ptr<RequestStream>> first = {engine.submit(greedy(p, 8), nullptr, nullptr)};
+  std::vector<std::shared_ptr<RequestStream>> first = {
+      engine.submit(greedy(p, 8), nullptr, nullptr)};
   std::vector<StreamEvent> f1, f2;
   auto a = drain(engine, first, &f1);
-  std::vector<std::shared_ptr<RequestStream>> second = {engine.submit(greedy(p, 8), nullptr, nullptr)};
+  std::vector<std::shared_ptr<RequestStream>> second = {
+      engine.submit(greedy(p, 8), nullptr, nullptr)};
   auto b = drain(engine, second, &f2);
   EXPECT_EQ(a, b);
   EXPECT_EQ(f1[0].cached_prompt_tokens, 0);
-  EXPECT_EQ(f2[0].cached_prompt_tokens, (300 - 1) / 16 * 16);  // every full block before the last token
+  EXPECT_EQ(f2[0].cached_prompt_tokens,
+            (300 - 1) / 16 * 16);  // every full block before the last token
   auto m = engine.metrics();
   EXPECT_EQ(m.prefix_hit_blocks, (300 - 1) / 16);
   EXPECT_EQ(m.kv_blocks_used, 0);
@@ -173,7 +176,8 @@ TEST_F(ServingEngineTest, CancelFreesBlocksAndStopStringsEndTheText) {
   cancelled->cancel();
   engine.step();
   bool saw_cancel = false;
-  while (auto e = cancelled->pop(std::chrono::milliseconds(0))) saw_cancel |= e->finish_reason == FinishReason::Cancelled;
+  while (auto e = cancelled->pop(std::chrono::milliseconds(0)))
+    saw_cancel |= e->finish_reason == FinishReason::Cancelled;
   EXPECT_TRUE(saw_cancel);
   EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
 

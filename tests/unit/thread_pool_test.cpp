@@ -38,7 +38,9 @@ TEST(ThreadPool, WorkersSleepAndWakeBetweenJobs) {
   EXPECT_EQ(total.load(), 500);
 }
 
-TEST(ThreadPool, DefaultThreadCountIsPositive) { EXPECT_GE(ThreadPool::default_thread_count(), 1); }
+TEST(ThreadPool, DefaultThreadCountIsPositive) {
+  EXPECT_GE(ThreadPool::default_thread_count(), 1);
+}
 
 }  // namespace
 }  // namespace ember

@@ -142,7 +142,8 @@ int bench_command(const BenchOptions& o) {
 
   std::vector<double> pp, tg;
   for (int r = 0; r < o.repetitions; ++r) {
-    if (o.prompt_tokens > 0) pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
+    if (o.prompt_tokens > 0)
+      pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
     if (o.gen_tokens > 0) {
       tg.push_back(static_cast<double>(o.batch * o.gen_tokens) /
                    time_decode(engine, o.batch, o.gen_tokens, o.decode_context, rng));
@@ -165,11 +166,23 @@ int bench_command(const BenchOptions& o) {
     j["load_seconds"] = model.load_seconds;
     j["matrix_bytes"] = model.weights.matrix_bytes();
     j["n_params_layers"] = c.n_layers;
-    if (!pp.empty()) j["pp"] = {{"tokens", o.prompt_tokens}, {"tok_per_s", pps.median}, {"min", pps.min}, {"max", pps.max}, {"runs", pp}};
-    if (!tg.empty()) j["tg"] = {{"tokens", o.gen_tokens}, {"tok_per_s", tgs.median}, {"min", tgs.min}, {"max", tgs.max}, {"runs", tg}};
+    if (!pp.empty())
+      j["pp"] = {{"tokens", o.prompt_tokens},
+                 {"tok_per_s", pps.median},
+                 {"min", pps.min},
+                 {"max", pps.max},
+                 {"runs", pp}};
+    if (!tg.empty())
+      j["tg"] = {{"tokens", o.gen_tokens},
+                 {"tok_per_s", tgs.median},
+                 {"min", tgs.min},
+                 {"max", tgs.max},
+                 {"runs", tg}};
     if (o.prefix_tokens > 0) {
-      j["prefix_cache"] = {{"prompt_tokens", o.prefix_tokens}, {"cached_tokens", prefix.cached},
-                           {"ttft_cold_s", prefix.cold}, {"ttft_warm_s", prefix.warm},
+      j["prefix_cache"] = {{"prompt_tokens", o.prefix_tokens},
+                           {"cached_tokens", prefix.cached},
+                           {"ttft_cold_s", prefix.cold},
+                           {"ttft_warm_s", prefix.warm},
                            {"warm_over_cold", prefix.warm / prefix.cold}};
     }
     std::printf("%s\n", j.dump(2).c_str());
@@ -188,9 +201,11 @@ int bench_command(const BenchOptions& o) {
                 (long long)o.batch, tgs.median, tgs.min, tgs.max);
   }
   if (o.prefix_tokens > 0) {
-    std::printf("prefix cache: %lld-token prompt, TTFT cold %.1f ms, warm %.1f ms (%lld tokens cached), warm/cold %.3f\n",
-                (long long)o.prefix_tokens, prefix.cold * 1e3, prefix.warm * 1e3, (long long)prefix.cached,
-                prefix.warm / prefix.cold);
+    std::printf(
+        "prefix cache: %lld-token prompt, TTFT cold %.1f ms, warm %.1f ms (%lld tokens cached), "
+        "warm/cold %.3f\n",
+        (long long)o.prefix_tokens, prefix.cold * 1e3, prefix.warm * 1e3, (long long)prefix.cached,
+        prefix.warm / prefix.cold);
   }
   return 0;
 }
@@ -201,14 +216,19 @@ Command add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed (like llama-bench)");
   o->model.add_to(*cmd);
-  cmd->add_option("-p,--n-prompt", o->prompt_tokens, "Prompt tokens for the prefill test (0: skip)")->capture_default_str();
-  cmd->add_option("-n,--n-gen", o->gen_tokens, "Tokens to decode per sequence (0: skip)")->capture_default_str();
-  cmd->add_option("-b,--batch", o->batch, "Sequences decoding together")->capture_default_str();
-  cmd->add_option("-r,--repetitions", o->repetitions, "Timed repetitions (median reported)")->capture_default_str();
-  cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
-  cmd->add_option("--decode-context", o->decode_context, "Prompt tokens each decoding sequence starts from")
+  cmd->add_option("-p,--n-prompt", o->prompt_tokens, "Prompt tokens for the prefill test (0: skip)")
       ->capture_default_str();
-  cmd->add_option("--prefix-tokens", o->prefix_tokens, "Also time TTFT of a prefix-cache hit on a prompt this long");
+  cmd->add_option("-n,--n-gen", o->gen_tokens, "Tokens to decode per sequence (0: skip)")
+      ->capture_default_str();
+  cmd->add_option("-b,--batch", o->batch, "Sequences decoding together")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->repetitions, "Timed repetitions (median reported)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
+  cmd->add_option("--decode-context", o->decode_context,
+                  "Prompt tokens each decoding sequence starts from")
+      ->capture_default_str();
+  cmd->add_option("--prefix-tokens", o->prefix_tokens,
+                  "Also time TTFT of a prefix-cache hit on a prompt this long");
   cmd->add_flag("--json", o->json, "Machine-readable output");
   return [o] { return bench_command(*o); };
 }

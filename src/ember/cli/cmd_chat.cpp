@@ -32,10 +32,10 @@ struct ChatOptions {
 int chat_command(const ChatOptions& o) {
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
   const Tokenizer& tok = *model.tokenizer;
-  ChatTemplate chat_template =
-      o.template_name.empty()
-          ? ChatTemplate::detect(find_chat_template_source(model.checkpoint.path, model.checkpoint.gguf.get()))
-          : ChatTemplate::from_name(o.template_name);
+  ChatTemplate chat_template = o.template_name.empty()
+                                   ? ChatTemplate::detect(find_chat_template_source(
+                                         model.checkpoint.path, model.checkpoint.gguf.get()))
+                                   : ChatTemplate::from_name(o.template_name);
   EngineOptions eo;
   eo.n_threads = o.model.threads;
   eo.max_context = o.model.context;
@@ -66,18 +66,20 @@ int chat_command(const ChatOptions& o) {
     std::vector<int32_t> ids = encode_chat_prompt(tok, chat_template.format(messages, true));
     // Reuse the cached prefix; re-prefill from the first token that differs.
     size_t common = 0;
-    while (common < seq.tokens.size() && common < ids.size() && seq.tokens[common] == ids[common]) ++common;
+    while (common < seq.tokens.size() && common < ids.size() && seq.tokens[common] == ids[common])
+      ++common;
     if (common == ids.size()) --common;  // the last token must run to give logits
     engine.truncate(seq, static_cast<int64_t>(common));
     const int64_t reused = seq.n_cached;
     if (static_cast<int64_t>(ids.size()) + o.n_predict > engine.max_context()) {
-      throw Error("the conversation no longer fits in the context (" + std::to_string(engine.max_context()) +
-                  " tokens); /reset or raise --ctx");
+      throw Error("the conversation no longer fits in the context (" +
+                  std::to_string(engine.max_context()) + " tokens); /reset or raise --ctx");
     }
     auto start = std::chrono::steady_clock::now();
     std::span<const float> logits =
         engine.feed(seq, std::span<const int32_t>(ids).subspan(static_cast<size_t>(reused)));
-    const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double prefill_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Utf8StreamDecoder stream;
     std::string reply;
     int64_t generated = 0;
@@ -96,7 +98,8 @@ int chat_command(const ChatOptions& o) {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
+    const double decode_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
     messages.push_back({"assistant", reply});
     std::fprintf(stderr,
                  "[ember] turn %d: %zu prompt tokens, %lld reused from the cache, %lld prefilled "
@@ -114,16 +117,21 @@ int chat_command(const ChatOptions& o) {
 
 Command add_chat_command(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
-  CLI::App* cmd = app.add_subcommand("chat", "Interactive chat; the KV cache is kept between turns");
+  CLI::App* cmd =
+      app.add_subcommand("chat", "Interactive chat; the KV cache is kept between turns");
   o->model.add_to(*cmd);
   cmd->add_option("--system", o->system, "System message");
-  cmd->add_option("--chat-template", o->template_name, "Force a template: chatml, llama3, llama2, plain");
-  cmd->add_option("-n,--n-predict", o->n_predict, "Maximum tokens per reply")->capture_default_str();
-  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--chat-template", o->template_name,
+                  "Force a template: chatml, llama3, llama2, plain");
+  cmd->add_option("-n,--n-predict", o->n_predict, "Maximum tokens per reply")
+      ->capture_default_str();
+  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0 = greedy)")
+      ->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0 = off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Sampling seed (default: random)");
   cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
   cmd->add_option("-c,--ctx", o->model.context, "Context length (default: min(model max, 4096))");

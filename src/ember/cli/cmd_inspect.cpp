@@ -35,7 +35,8 @@ struct TensorRow {
 
 std::string with_commas(int64_t v) {
   std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > (v < 0 ? 1 : 0); i -= 3) s.insert(static_cast<size_t>(i), ",");
+  for (int i = static_cast<int>(s.size()) - 3; i > (v < 0 ? 1 : 0); i -= 3)
+    s.insert(static_cast<size_t>(i), ",");
   return s;
 }
 
@@ -54,9 +55,10 @@ int inspect_command(const InspectOptions& o) {
   std::vector<TensorRow> rows;
   if (ckpt.format == CheckpointFormat::ConfigOnly) {
     auto dtype = o.model.parsed_dtype();
-    std::string dname = dtype ? dtype_name(*dtype)
+    std::string dname = dtype                           ? dtype_name(*dtype)
                         : ckpt.torch_dtype == "float32" ? "f32"
-                        : ckpt.torch_dtype == "float16" ? "f16" : "bf16";
+                        : ckpt.torch_dtype == "float16" ? "f16"
+                                                        : "bf16";
     for (const auto& e : expected_tensors(c)) {
       TensorRow r{e.name, e.shape, e.is_matrix ? dname : "f32", 1, classify_tensor(e.name)};
       for (int64_t d : e.shape) r.numel *= d;
@@ -87,11 +89,16 @@ int inspect_command(const InspectOptions& o) {
     nlohmann::ordered_json j;
     j["path"] = ckpt.path;
     j["format"] = format_name(ckpt.format);
-    j["architecture"] = {{"arch", c.architecture},       {"d_model", c.d_model},
-                         {"d_ffn", c.d_ffn},             {"n_layers", c.n_layers},
-                         {"n_heads", c.n_heads},         {"n_kv_heads", c.n_kv_heads},
-                         {"head_dim", c.head_dim},       {"vocab_size", c.vocab_size},
-                         {"rope_theta", c.rope_theta},   {"rms_norm_eps", c.rms_norm_eps},
+    j["architecture"] = {{"arch", c.architecture},
+                         {"d_model", c.d_model},
+                         {"d_ffn", c.d_ffn},
+                         {"n_layers", c.n_layers},
+                         {"n_heads", c.n_heads},
+                         {"n_kv_heads", c.n_kv_heads},
+                         {"head_dim", c.head_dim},
+                         {"vocab_size", c.vocab_size},
+                         {"rope_theta", c.rope_theta},
+                         {"rms_norm_eps", c.rms_norm_eps},
                          {"max_position_embeddings", c.max_position_embeddings},
                          {"tie_word_embeddings", c.tie_word_embeddings},
                          {"attention_bias", c.attention_bias}};
@@ -111,7 +118,8 @@ int inspect_command(const InspectOptions& o) {
                      {"ember_cache_dtype", "f32"}};
     nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
     for (const auto& r : rows) {
-      tensors.push_back({{"name", r.name}, {"shape", r.shape}, {"dtype", r.dtype}, {"numel", r.numel}});
+      tensors.push_back(
+          {{"name", r.name}, {"shape", r.shape}, {"dtype", r.dtype}, {"numel", r.numel}});
     }
     j["tensors"] = tensors;
     std::printf("%s\n", j.dump(2).c_str());
@@ -119,8 +127,12 @@ int inspect_command(const InspectOptions& o) {
   }
 
   std::printf("model:    %s\nformat:   %s%s\n", ckpt.path.c_str(), format_name(ckpt.format),
-              ckpt.format == CheckpointFormat::ConfigOnly ? " (--dummy: tensors implied by the config)" : "");
-  if (ckpt.gguf) std::printf("gguf:     v%u, %zu metadata keys\n", ckpt.gguf->version(), ckpt.gguf->metadata().size());
+              ckpt.format == CheckpointFormat::ConfigOnly
+                  ? " (--dummy: tensors implied by the config)"
+                  : "");
+  if (ckpt.gguf)
+    std::printf("gguf:     v%u, %zu metadata keys\n", ckpt.gguf->version(),
+                ckpt.gguf->metadata().size());
   std::printf("\n%-48s %-22s %-6s %14s\n", "tensor", "shape", "dtype", "elements");
   for (const auto& r : rows) {
     std::printf("%-48s %-22s %-6s %14s\n", r.name.c_str(), shape_to_string(r.shape).c_str(),
@@ -159,14 +171,20 @@ int inspect_command(const InspectOptions& o) {
 
 Command add_inspect_command(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Show a checkpoint's tensors, architecture, parameters and KV-cache size (headers only)");
-  cmd->add_option("model", o->model.model, "Model: HF directory, config.json, .gguf or llama2.c .bin");
+  CLI::App* cmd = app.add_subcommand(
+      "inspect",
+      "Show a checkpoint's tensors, architecture, parameters and KV-cache size (headers only)");
+  cmd->add_option("model", o->model.model,
+                  "Model: HF directory, config.json, .gguf or llama2.c .bin");
   cmd->add_option("-m,--model", o->model.model, "Same as the positional argument");
   cmd->add_option("--tokenizer", o->model.tokenizer, "Tokenizer override (llama2.c)");
   cmd->add_option("--dtype", o->model.dtype, "With --dummy: dtype the matrices would have");
-  cmd->add_flag("--dummy", o->model.dummy, "Describe the model a config implies (no weight files needed)");
-  cmd->add_option("--ctx", o->ctx, "Tokens per sequence for the KV-cache estimate (default: model max)");
-  cmd->add_option("--batch", o->batch, "Sequences for the KV-cache estimate")->capture_default_str();
+  cmd->add_flag("--dummy", o->model.dummy,
+                "Describe the model a config implies (no weight files needed)");
+  cmd->add_option("--ctx", o->ctx,
+                  "Tokens per sequence for the KV-cache estimate (default: model max)");
+  cmd->add_option("--batch", o->batch, "Sequences for the KV-cache estimate")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->add_flag("--metadata", o->metadata, "Also list GGUF metadata");
   return [o] { return inspect_command(*o); };

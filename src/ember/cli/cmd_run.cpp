@@ -80,10 +80,12 @@ int run_command(const RunOptions& o) {
                "[ember] KV cache in use %lld bytes (%lld blocks of %lld tokens)\n",
                model.checkpoint.path.c_str(), format_name(model.checkpoint.format),
                dtype_name(model.matrix_dtype), engine.n_threads(), model.load_seconds,
-               static_cast<unsigned long long>(sp.seed), static_cast<long long>(stats.prompt_tokens),
+               static_cast<unsigned long long>(sp.seed),
+               static_cast<long long>(stats.prompt_tokens),
                static_cast<long long>(stats.generated_tokens),
-               stats.stopped_at_eos ? " (stopped at EOS)"
-               : stats.stopped_at_context ? " (context full)" : "",
+               stats.stopped_at_eos       ? " (stopped at EOS)"
+               : stats.stopped_at_context ? " (context full)"
+                                          : "",
                stats.ttft_seconds * 1e3, stats.prefill_tokens_per_second(),
                stats.decode_tokens_per_second(), static_cast<long long>(stats.kv_bytes_in_use),
                static_cast<long long>(stats.kv_bytes_in_use / engine.kv_pool().bytes_per_block()),
@@ -97,16 +99,19 @@ Command add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt");
   o->model.add_to(*cmd);
-  CLI::Option* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: empty, i.e. start from BOS)");
+  CLI::Option* prompt = cmd->add_option("-p,--prompt", o->prompt,
+                                        "Prompt text (default: empty, i.e. start from BOS)");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->excludes(prompt);
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
-  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0 = greedy)")
+      ->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0 = off)")->capture_default_str();
   cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1 = off)")
       ->capture_default_str();
-  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "Tokens the penalty looks back over")
+  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n,
+                  "Tokens the penalty looks back over")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Sampling seed (default: random, printed in the stats)");
   cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");

@@ -64,7 +64,9 @@ int score_command(const ScoreOptions& o) {
   if (ids.empty()) throw Error("score: no tokens to score");
   const int64_t vocab = model.weights.config.vocab_size;
   for (int32_t id : ids) {
-    if (id >= vocab) throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(vocab) + ")");
+    if (id >= vocab)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(vocab) + ")");
   }
 
   EngineOptions eo;
@@ -116,10 +118,12 @@ int score_command(const ScoreOptions& o) {
 
 Command add_score_command(CLI::App& app) {
   auto o = std::make_shared<ScoreOptions>();
-  CLI::App* cmd = app.add_subcommand("score", "Per-token negative log-likelihood and perplexity of a text");
+  CLI::App* cmd =
+      app.add_subcommand("score", "Per-token negative log-likelihood and perplexity of a text");
   o->model.add_to(*cmd);
   CLI::Option* text = cmd->add_option("-p,--prompt", o->text, "Text to score");
-  CLI::Option* file = cmd->add_option("-f,--file", o->file, "Read the text from a file")->excludes(text);
+  CLI::Option* file =
+      cmd->add_option("-f,--file", o->file, "Read the text from a file")->excludes(text);
   cmd->add_option("--ids", o->ids, "Comma-separated token ids (no tokenizer, no BOS added)")
       ->excludes(text)
       ->excludes(file);

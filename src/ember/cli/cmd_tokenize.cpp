@@ -29,11 +29,16 @@ struct TokenizeOptions {
 std::string quoted(const std::string& bytes) {
   std::string out = "'";
   for (unsigned char c : bytes) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\'') out += "\\'";
-    else if (c == '\\') out += "\\\\";
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\'')
+      out += "\\'";
+    else if (c == '\\')
+      out += "\\\\";
     else if (c < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -60,7 +65,8 @@ int tokenize_command(const TokenizeOptions& o) {
     text = ss.str();
   }
   auto start = std::chrono::steady_clock::now();
-  std::vector<int32_t> ids = tok->encode_with_special(text, !o.no_bos && tok->add_bos_default(), o.special);
+  std::vector<int32_t> ids =
+      tok->encode_with_special(text, !o.no_bos && tok->add_bos_default(), o.special);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (o.ids_only) {
     std::string line;
@@ -88,13 +94,15 @@ int tokenize_command(const TokenizeOptions& o) {
 Command add_tokenize_command(CLI::App& app) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids (and pieces) of a text");
-  cmd->add_option("-m,--model", o->model, "Model whose tokenizer to use (default: the stories260K fixture)");
+  cmd->add_option("-m,--model", o->model,
+                  "Model whose tokenizer to use (default: the stories260K fixture)");
   cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer file overriding the model's");
   CLI::Option* text = cmd->add_option("-p,--prompt", o->text, "Text to tokenize");
   cmd->add_option("-f,--file", o->file, "Read the text from a file")->excludes(text);
   cmd->add_flag("--ids", o->ids_only, "Only the ids, space-separated on one line");
   cmd->add_flag("--no-bos", o->no_bos, "Do not prepend BOS");
-  cmd->add_flag("--special", o->special, "Parse control tokens written in the text (e.g. <|im_start|>)");
+  cmd->add_flag("--special", o->special,
+                "Parse control tokens written in the text (e.g. <|im_start|>)");
   cmd->add_flag("--stats", o->stats, "Print byte/token counts and encoding speed on stderr");
   return [o] { return tokenize_command(*o); };
 }

@@ -14,16 +14,21 @@ std::string default_model_path() {
 
 void ModelOptions::add_to(CLI::App& app, bool model_is_positional) {
   if (model_is_positional) {
-    app.add_option("model", model, "Model: HF directory, config.json (with --dummy), .gguf, or llama2.c .bin")
+    app.add_option("model", model,
+                   "Model: HF directory, config.json (with --dummy), .gguf, or llama2.c .bin")
         ->required();
   } else {
     app.add_option("-m,--model", model,
                    "Model: HF directory, config.json (with --dummy), .gguf, or llama2.c .bin "
                    "(default: the stories260K fixture in ../shared)");
   }
-  app.add_option("--tokenizer", tokenizer, "Tokenizer file (llama2.c tokenizer.bin) overriding the one beside the model");
-  app.add_option("--dtype", dtype, "Weight dtype for matrices: f32, f16, bf16, q8_0, q4_0 (default: as stored; --dummy: bf16)");
-  app.add_flag("--dummy", dummy, "Seeded random weights from the config alone (no weight files read)");
+  app.add_option("--tokenizer", tokenizer,
+                 "Tokenizer file (llama2.c tokenizer.bin) overriding the one beside the model");
+  app.add_option(
+      "--dtype", dtype,
+      "Weight dtype for matrices: f32, f16, bf16, q8_0, q4_0 (default: as stored; --dummy: bf16)");
+  app.add_flag("--dummy", dummy,
+               "Seeded random weights from the config alone (no weight files read)");
   app.add_option("--dummy-seed", dummy_seed, "Seed of --dummy weights")->capture_default_str();
 }
 

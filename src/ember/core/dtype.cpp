@@ -9,11 +9,16 @@ namespace ember {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
-    case DType::Q8_0: return "q8_0";
-    case DType::Q4_0: return "q4_0";
+    case DType::F32:
+      return "f32";
+    case DType::F16:
+      return "f16";
+    case DType::BF16:
+      return "bf16";
+    case DType::Q8_0:
+      return "q8_0";
+    case DType::Q4_0:
+      return "q4_0";
   }
   return "?";
 }
@@ -28,15 +33,22 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-int64_t dtype_block_elems(DType dtype) { return dtype_is_quantized(dtype) ? kQuantBlock : 1; }
+int64_t dtype_block_elems(DType dtype) {
+  return dtype_is_quantized(dtype) ? kQuantBlock : 1;
+}
 
 int64_t dtype_block_bytes(DType dtype) {
   switch (dtype) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-    case DType::Q8_0: return sizeof(BlockQ8_0);
-    case DType::Q4_0: return sizeof(BlockQ4_0);
+    case DType::F32:
+      return 4;
+    case DType::F16:
+      return 2;
+    case DType::BF16:
+      return 2;
+    case DType::Q8_0:
+      return sizeof(BlockQ8_0);
+    case DType::Q4_0:
+      return sizeof(BlockQ4_0);
   }
   return 0;
 }
@@ -50,6 +62,8 @@ int64_t dtype_row_bytes(DType dtype, int64_t n) {
   return n / block * dtype_block_bytes(dtype);
 }
 
-bool dtype_is_quantized(DType dtype) { return dtype == DType::Q8_0 || dtype == DType::Q4_0; }
+bool dtype_is_quantized(DType dtype) {
+  return dtype == DType::Q8_0 || dtype == DType::Q4_0;
+}
 
 }  // namespace ember

@@ -53,13 +53,13 @@ inline uint16_t f32_to_f16(float f) {
   std::memcpy(&bits, &f, 4);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {  // the result is a half subnormal (or zero): value = m * 2^-24
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
     uint32_t exponent = abs >> 23;
     uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;  // 24-bit significand
-    uint32_t shift = 126 - exponent;                      // 14..24
+    uint32_t shift = 126 - exponent;                    // 14..24
     uint32_t result = mantissa >> shift;
     uint32_t remainder = mantissa & ((1u << shift) - 1u);
     uint32_t halfway = 1u << (shift - 1);

@@ -10,7 +10,8 @@ namespace ember {
 namespace {
 
 int64_t resolve_context(const ModelWeights& w, const EngineOptions& o) {
-  int64_t model_max = w.config.max_position_embeddings > 0 ? w.config.max_position_embeddings : 4096;
+  int64_t model_max =
+      w.config.max_position_embeddings > 0 ? w.config.max_position_embeddings : 4096;
   return o.max_context > 0 ? o.max_context : std::min<int64_t>(model_max, 4096);
 }
 

@@ -17,11 +17,11 @@
 namespace ember {
 
 struct EngineOptions {
-  int n_threads = 0;         // 0: physical cores
-  int64_t max_context = 0;   // per sequence; 0: min(model's max positions, 4096)
-  int64_t max_sequences = 1; // sizes the KV pool together with max_context
-  int64_t block_size = 16;   // tokens per KV block
-  int64_t kv_blocks = 0;     // 0: enough for max_sequences x max_context
+  int n_threads = 0;          // 0: physical cores
+  int64_t max_context = 0;    // per sequence; 0: min(model's max positions, 4096)
+  int64_t max_sequences = 1;  // sizes the KV pool together with max_context
+  int64_t block_size = 16;    // tokens per KV block
+  int64_t kv_blocks = 0;      // 0: enough for max_sequences x max_context
   bool prefix_caching = false;
 };
 

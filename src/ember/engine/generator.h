@@ -19,10 +19,10 @@ struct GenerateOptions {
 struct GenerationStats {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
-  double prefill_seconds = 0;  // the prompt's forward step
-  double ttft_seconds = 0;     // start -> first token sampled
-  double decode_seconds = 0;   // every later token
-  int64_t kv_bytes_in_use = 0; // at the end of generation, before the sequence is released
+  double prefill_seconds = 0;   // the prompt's forward step
+  double ttft_seconds = 0;      // start -> first token sampled
+  double decode_seconds = 0;    // every later token
+  int64_t kv_bytes_in_use = 0;  // at the end of generation, before the sequence is released
   bool stopped_at_eos = false;
   bool stopped_at_context = false;
 

@@ -41,11 +41,12 @@ std::string ServingMetrics::render_prometheus() const {
                   name, value);
     out += buf;
   };
-  metric("ember_requests_total", "counter", "Requests accepted", static_cast<double>(requests_total));
+  metric("ember_requests_total", "counter", "Requests accepted",
+         static_cast<double>(requests_total));
   metric("ember_requests_finished_total", "counter", "Requests finished (any reason)",
          static_cast<double>(requests_finished));
-  metric("ember_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown)",
-         static_cast<double>(requests_cancelled));
+  metric("ember_requests_cancelled_total", "counter",
+         "Requests cancelled (client gone or shutdown)", static_cast<double>(requests_cancelled));
   metric("ember_requests_rejected_total", "counter", "Requests refused because the queue was full",
          static_cast<double>(requests_rejected));
   metric("ember_prompt_tokens_total", "counter", "Prompt tokens received",
@@ -54,23 +55,32 @@ std::string ServingMetrics::render_prometheus() const {
          static_cast<double>(generation_tokens_total));
   metric("ember_preemptions_total", "counter", "Sequences preempted for lack of KV blocks",
          static_cast<double>(preemptions_total));
-  metric("ember_engine_steps_total", "counter", "Forward steps run", static_cast<double>(steps_total));
-  metric("ember_sequences_running", "gauge", "Sequences in the running batch", static_cast<double>(running));
-  metric("ember_sequences_waiting", "gauge", "Sequences waiting to be scheduled", static_cast<double>(waiting));
-  metric("ember_kv_blocks_total", "gauge", "KV cache blocks in the pool", static_cast<double>(kv_blocks_total));
-  metric("ember_kv_blocks_used", "gauge", "KV blocks referenced by sequences", static_cast<double>(kv_blocks_used));
+  metric("ember_engine_steps_total", "counter", "Forward steps run",
+         static_cast<double>(steps_total));
+  metric("ember_sequences_running", "gauge", "Sequences in the running batch",
+         static_cast<double>(running));
+  metric("ember_sequences_waiting", "gauge", "Sequences waiting to be scheduled",
+         static_cast<double>(waiting));
+  metric("ember_kv_blocks_total", "gauge", "KV cache blocks in the pool",
+         static_cast<double>(kv_blocks_total));
+  metric("ember_kv_blocks_used", "gauge", "KV blocks referenced by sequences",
+         static_cast<double>(kv_blocks_used));
   metric("ember_kv_blocks_free", "gauge", "KV blocks free and holding nothing cached",
          static_cast<double>(kv_blocks_free));
   metric("ember_kv_blocks_cached", "gauge", "KV blocks free but holding a cached prefix",
          static_cast<double>(kv_blocks_cached));
-  metric("ember_prefix_cache_queried_blocks_total", "counter", "Full prompt blocks looked up in the prefix cache",
+  metric("ember_prefix_cache_queried_blocks_total", "counter",
+         "Full prompt blocks looked up in the prefix cache",
          static_cast<double>(prefix_queried_blocks));
-  metric("ember_prefix_cache_hit_blocks_total", "counter", "Full prompt blocks found in the prefix cache",
-         static_cast<double>(prefix_hit_blocks));
+  metric("ember_prefix_cache_hit_blocks_total", "counter",
+         "Full prompt blocks found in the prefix cache", static_cast<double>(prefix_hit_blocks));
   metric("ember_prefix_cache_hit_rate", "gauge", "Hit blocks / queried blocks",
-         prefix_queried_blocks > 0 ? static_cast<double>(prefix_hit_blocks) / static_cast<double>(prefix_queried_blocks) : 0.0);
+         prefix_queried_blocks > 0
+             ? static_cast<double>(prefix_hit_blocks) / static_cast<double>(prefix_queried_blocks)
+             : 0.0);
   ttft_seconds.render("ember_time_to_first_token_seconds", "Time from arrival to first token", out);
-  inter_token_seconds.render("ember_inter_token_latency_seconds", "Time between consecutive tokens of a request", out);
+  inter_token_seconds.render("ember_inter_token_latency_seconds",
+                             "Time between consecutive tokens of a request", out);
   return out;
 }
 

@@ -39,13 +39,13 @@ struct TokenLogprob {
 
 // One increment of a request's output.
 struct StreamEvent {
-  std::string text;                 // new text (complete UTF-8; stop strings held back/removed)
-  std::vector<int32_t> tokens;      // the tokens this event covers
+  std::string text;             // new text (complete UTF-8; stop strings held back/removed)
+  std::vector<int32_t> tokens;  // the tokens this event covers
   std::vector<TokenLogprob> logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
-  std::string error;                // set when finish_reason == Error
-  int64_t prompt_tokens = 0;        // filled on the final event
+  std::string error;          // set when finish_reason == Error
+  int64_t prompt_tokens = 0;  // filled on the final event
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;
 };

@@ -7,7 +7,9 @@ namespace ember {
 Scheduler::Scheduler(const SchedulerConfig& config, Engine& engine)
     : config_(config), engine_(engine) {}
 
-void Scheduler::add(std::unique_ptr<SequenceState> state) { waiting_.push_back(std::move(state)); }
+void Scheduler::add(std::unique_ptr<SequenceState> state) {
+  waiting_.push_back(std::move(state));
+}
 
 void Scheduler::preempt(size_t index) {
   std::unique_ptr<SequenceState> victim = std::move(running_[index]);
@@ -22,7 +24,8 @@ void Scheduler::preempt(size_t index) {
   waiting_.insert(pos, std::move(victim));
 }
 
-std::vector<ScheduledChunk> Scheduler::schedule(std::vector<std::unique_ptr<SequenceState>>& failed) {
+std::vector<ScheduledChunk> Scheduler::schedule(
+    std::vector<std::unique_ptr<SequenceState>>& failed) {
   KvBlockManager& kv = engine_.kv();
   std::vector<ScheduledChunk> chunks;
   int64_t budget = config_.max_batched_tokens;
@@ -48,7 +51,8 @@ std::vector<ScheduledChunk> Scheduler::schedule(std::vector<std::unique_ptr<Sequ
           break;
         }
         SequenceState* victim = running_[youngest].get();
-        auto it = std::find_if(chunks.begin(), chunks.end(), [&](const auto& c) { return c.state == victim; });
+        auto it = std::find_if(chunks.begin(), chunks.end(),
+                               [&](const auto& c) { return c.state == victim; });
         if (it != chunks.end()) {
           budget += it->n_tokens;
           chunks.erase(it);
@@ -75,8 +79,9 @@ std::vector<ScheduledChunk> Scheduler::schedule(std::vector<std::unique_ptr<Sequ
     int64_t n = std::min(s->pending_tokens(), budget);
     if (kv.blocks_needed(s->seq.block_table, s->seq.n_cached + n) > kv.available_blocks()) {
       // Shrink the chunk to the blocks there are (whole blocks past what the table holds).
-      int64_t capacity = (static_cast<int64_t>(s->seq.block_table.blocks.size()) + kv.available_blocks()) *
-                         kv.block_size();
+      int64_t capacity =
+          (static_cast<int64_t>(s->seq.block_table.blocks.size()) + kv.available_blocks()) *
+          kv.block_size();
       n = std::min(n, capacity - s->seq.n_cached);
       if (n <= 0) {
         if (running_.empty() && chunks.empty()) {
@@ -106,12 +111,14 @@ std::vector<ScheduledChunk> Scheduler::schedule(std::vector<std::unique_ptr<Sequ
 
 std::unique_ptr<SequenceState> Scheduler::remove(SequenceState* state) {
   std::unique_ptr<SequenceState> out;
-  auto r = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == state; });
+  auto r = std::find_if(running_.begin(), running_.end(),
+                        [&](const auto& p) { return p.get() == state; });
   if (r != running_.end()) {
     out = std::move(*r);
     running_.erase(r);
   } else {
-    auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& p) { return p.get() == state; });
+    auto w = std::find_if(waiting_.begin(), waiting_.end(),
+                          [&](const auto& p) { return p.get() == state; });
     if (w == waiting_.end()) return nullptr;
     out = std::move(*w);
     waiting_.erase(w);

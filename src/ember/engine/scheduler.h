@@ -47,9 +47,7 @@ struct SequenceState {
   Clock::time_point last_token_time;
 
   // Tokens not yet in the KV cache (>= 1 while the sequence is live).
-  int64_t pending_tokens() const {
-    return static_cast<int64_t>(all_tokens.size()) - seq.n_cached;
-  }
+  int64_t pending_tokens() const { return static_cast<int64_t>(all_tokens.size()) - seq.n_cached; }
 };
 
 struct ScheduledChunk {

@@ -28,8 +28,11 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int32_t to
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
     size_t n = std::min(ids.size(), static_cast<size_t>(top_n));
     std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    for (size_t i = 0; i < n; ++i) lp.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - log_z));
+                      [&](int32_t a, int32_t b) {
+                        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                      });
+    for (size_t i = 0; i < n; ++i)
+      lp.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - log_z));
   }
   return lp;
 }
@@ -45,7 +48,9 @@ ServingEngine::ServingEngine(const ModelWeights& weights, const Tokenizer* token
   update_gauges();
 }
 
-ServingEngine::~ServingEngine() { shutdown(/*cancel_in_flight=*/true); }
+ServingEngine::~ServingEngine() {
+  shutdown(/*cancel_in_flight=*/true);
+}
 
 int64_t ServingEngine::max_request_tokens() const {
   return std::min(engine_.max_context(), engine_.kv().n_blocks() * engine_.kv().block_size());
@@ -69,7 +74,8 @@ std::shared_ptr<RequestStream> ServingEngine::submit(GenerationRequest request, 
   }
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= engine_.vocab_size()) {
-      return refuse(SubmitError::EmptyPrompt, "token id " + std::to_string(t) + " is outside the vocabulary");
+      return refuse(SubmitError::EmptyPrompt,
+                    "token id " + std::to_string(t) + " is outside the vocabulary");
     }
   }
   auto state = std::make_unique<SequenceState>();
@@ -90,7 +96,8 @@ std::shared_ptr<RequestStream> ServingEngine::submit(GenerationRequest request, 
   state->stream = stream;
   state->all_tokens = request.prompt;
   state->n_prompt = n_prompt;
-  state->sampler = std::make_unique<Sampler>(request.sampling, static_cast<int32_t>(engine_.vocab_size()));
+  state->sampler =
+      std::make_unique<Sampler>(request.sampling, static_cast<int32_t>(engine_.vocab_size()));
   state->stop = StopMatcher(request.stop);
   state->request = std::move(request);
   state->arrival_time = SequenceState::Clock::now();
@@ -151,8 +158,9 @@ bool ServingEngine::step() {
   requests.reserve(chunks.size());
   for (const ScheduledChunk& c : chunks) {
     SequenceState& s = *c.state;
-    auto tokens = std::span<const int32_t>(s.all_tokens).subspan(static_cast<size_t>(s.seq.n_cached),
-                                                                 static_cast<size_t>(c.n_tokens));
+    auto tokens =
+        std::span<const int32_t>(s.all_tokens)
+            .subspan(static_cast<size_t>(s.seq.n_cached), static_cast<size_t>(c.n_tokens));
     requests.push_back({&s.seq, tokens, false, c.completes});
   }
   std::span<const float> logits = engine_.feed(requests);
@@ -234,8 +242,10 @@ void ServingEngine::finish(SequenceState* s, FinishReason reason, const std::str
   if (reason != FinishReason::Cancelled && !s->stop.matched()) {
     bool matched = false;
     e.text = s->stop.push(s->utf8.flush(), &matched);
-    if (!matched) e.text += s->stop.flush();
-    else e.finish_reason = FinishReason::Stop;
+    if (!matched)
+      e.text += s->stop.flush();
+    else
+      e.finish_reason = FinishReason::Stop;
   }
   e.prompt_tokens = s->n_prompt;
   e.completion_tokens = s->n_generated;

@@ -32,7 +32,8 @@ enum class SubmitError : uint8_t { None, QueueFull, ShuttingDown, TooLong, Empty
 
 class ServingEngine {
  public:
-  ServingEngine(const ModelWeights& weights, const Tokenizer* tokenizer, const ServingOptions& options);
+  ServingEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
+                const ServingOptions& options);
   ~ServingEngine();
 
   // Queues a request. On refusal returns null and sets *error (and *message).

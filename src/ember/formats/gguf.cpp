@@ -38,17 +38,22 @@ uint64_t min_encoded_size(GgufType type) {
   switch (type) {
     case GgufType::Uint8:
     case GgufType::Int8:
-    case GgufType::Bool: return 1;
+    case GgufType::Bool:
+      return 1;
     case GgufType::Uint16:
-    case GgufType::Int16: return 2;
+    case GgufType::Int16:
+      return 2;
     case GgufType::Uint32:
     case GgufType::Int32:
-    case GgufType::Float32: return 4;
+    case GgufType::Float32:
+      return 4;
     case GgufType::Uint64:
     case GgufType::Int64:
     case GgufType::Float64:
-    case GgufType::String: return 8;     // u64 length, possibly empty
-    case GgufType::Array: return 4 + 8;  // element type + count, possibly empty
+    case GgufType::String:
+      return 8;  // u64 length, possibly empty
+    case GgufType::Array:
+      return 4 + 8;  // element type + count, possibly empty
   }
   return 1;
 }
@@ -100,16 +105,36 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, const st
   GgufValue v;
   v.type = type;
   switch (type) {
-    case GgufType::Uint8: v.uint_value = r.read<uint8_t>(what); break;
-    case GgufType::Uint16: v.uint_value = r.read<uint16_t>(what); break;
-    case GgufType::Uint32: v.uint_value = r.read<uint32_t>(what); break;
-    case GgufType::Uint64: v.uint_value = r.read<uint64_t>(what); break;
-    case GgufType::Int8: v.int_value = r.read<int8_t>(what); break;
-    case GgufType::Int16: v.int_value = r.read<int16_t>(what); break;
-    case GgufType::Int32: v.int_value = r.read<int32_t>(what); break;
-    case GgufType::Int64: v.int_value = r.read<int64_t>(what); break;
-    case GgufType::Float32: v.float_value = r.read<float>(what); break;
-    case GgufType::Float64: v.float_value = r.read<double>(what); break;
+    case GgufType::Uint8:
+      v.uint_value = r.read<uint8_t>(what);
+      break;
+    case GgufType::Uint16:
+      v.uint_value = r.read<uint16_t>(what);
+      break;
+    case GgufType::Uint32:
+      v.uint_value = r.read<uint32_t>(what);
+      break;
+    case GgufType::Uint64:
+      v.uint_value = r.read<uint64_t>(what);
+      break;
+    case GgufType::Int8:
+      v.int_value = r.read<int8_t>(what);
+      break;
+    case GgufType::Int16:
+      v.int_value = r.read<int16_t>(what);
+      break;
+    case GgufType::Int32:
+      v.int_value = r.read<int32_t>(what);
+      break;
+    case GgufType::Int64:
+      v.int_value = r.read<int64_t>(what);
+      break;
+    case GgufType::Float32:
+      v.float_value = r.read<float>(what);
+      break;
+    case GgufType::Float64:
+      v.float_value = r.read<double>(what);
+      break;
     case GgufType::Bool: {
       uint8_t b = r.read<uint8_t>(what);
       if (b > 1) {
@@ -118,7 +143,9 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, const st
       v.uint_value = b;
       break;
     }
-    case GgufType::String: v.string_value = r.read_string(what); break;
+    case GgufType::String:
+      v.string_value = r.read_string(what);
+      break;
     case GgufType::Array: {
       if (depth >= kMaxArrayDepth) {
         throw Error(path + ": " + what + " nests arrays more than " +
@@ -148,12 +175,18 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, const st
 
 std::optional<DType> dtype_for_ggml(uint32_t ggml_type) {
   switch (ggml_type) {
-    case 0: return DType::F32;
-    case 1: return DType::F16;
-    case 2: return DType::Q4_0;
-    case 8: return DType::Q8_0;
-    case 30: return DType::BF16;
-    default: return std::nullopt;
+    case 0:
+      return DType::F32;
+    case 1:
+      return DType::F16;
+    case 2:
+      return DType::Q4_0;
+    case 8:
+      return DType::Q8_0;
+    case 30:
+      return DType::BF16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -195,19 +228,32 @@ std::string quote(const std::string& s) {
 
 const char* gguf_type_name(GgufType type) {
   switch (type) {
-    case GgufType::Uint8: return "uint8";
-    case GgufType::Int8: return "int8";
-    case GgufType::Uint16: return "uint16";
-    case GgufType::Int16: return "int16";
-    case GgufType::Uint32: return "uint32";
-    case GgufType::Int32: return "int32";
-    case GgufType::Float32: return "float32";
-    case GgufType::Bool: return "bool";
-    case GgufType::String: return "string";
-    case GgufType::Array: return "array";
-    case GgufType::Uint64: return "uint64";
-    case GgufType::Int64: return "int64";
-    case GgufType::Float64: return "float64";
+    case GgufType::Uint8:
+      return "uint8";
+    case GgufType::Int8:
+      return "int8";
+    case GgufType::Uint16:
+      return "uint16";
+    case GgufType::Int16:
+      return "int16";
+    case GgufType::Uint32:
+      return "uint32";
+    case GgufType::Int32:
+      return "int32";
+    case GgufType::Float32:
+      return "float32";
+    case GgufType::Bool:
+      return "bool";
+    case GgufType::String:
+      return "string";
+    case GgufType::Array:
+      return "array";
+    case GgufType::Uint64:
+      return "uint64";
+    case GgufType::Int64:
+      return "int64";
+    case GgufType::Float64:
+      return "float64";
   }
   return "unknown";
 }
@@ -235,8 +281,10 @@ bool GgufValue::is_integer() const {
     case GgufType::Uint32:
     case GgufType::Int32:
     case GgufType::Uint64:
-    case GgufType::Int64: return true;
-    default: return false;
+    case GgufType::Int64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -252,41 +300,53 @@ std::optional<int64_t> GgufValue::as_int() const {
     case GgufType::Int8:
     case GgufType::Int16:
     case GgufType::Int32:
-    case GgufType::Int64: return int_value;
-    default: return std::nullopt;
+    case GgufType::Int64:
+      return int_value;
+    default:
+      return std::nullopt;
   }
 }
 
 std::optional<double> GgufValue::as_float() const {
   switch (type) {
     case GgufType::Float32:
-    case GgufType::Float64: return float_value;
+    case GgufType::Float64:
+      return float_value;
     case GgufType::Uint8:
     case GgufType::Uint16:
     case GgufType::Uint32:
-    case GgufType::Uint64: return static_cast<double>(uint_value);
+    case GgufType::Uint64:
+      return static_cast<double>(uint_value);
     case GgufType::Int8:
     case GgufType::Int16:
     case GgufType::Int32:
-    case GgufType::Int64: return static_cast<double>(int_value);
-    default: return std::nullopt;
+    case GgufType::Int64:
+      return static_cast<double>(int_value);
+    default:
+      return std::nullopt;
   }
 }
 
 std::string GgufValue::to_display(size_t max_items) const {
   switch (type) {
-    case GgufType::Bool: return uint_value ? "true" : "false";
+    case GgufType::Bool:
+      return uint_value ? "true" : "false";
     case GgufType::Uint8:
     case GgufType::Uint16:
     case GgufType::Uint32:
-    case GgufType::Uint64: return std::to_string(uint_value);
+    case GgufType::Uint64:
+      return std::to_string(uint_value);
     case GgufType::Int8:
     case GgufType::Int16:
     case GgufType::Int32:
-    case GgufType::Int64: return std::to_string(int_value);
-    case GgufType::Float32: return format_number(float_value, 7);
-    case GgufType::Float64: return format_number(float_value, 15);
-    case GgufType::String: return quote(string_value);
+    case GgufType::Int64:
+      return std::to_string(int_value);
+    case GgufType::Float32:
+      return format_number(float_value, 7);
+    case GgufType::Float64:
+      return format_number(float_value, 15);
+    case GgufType::String:
+      return quote(string_value);
     case GgufType::Array: {
       std::string out = "[";
       size_t shown = std::min(max_items, array.size());

@@ -17,8 +17,19 @@
 namespace ember {
 
 enum class GgufType : uint32_t {
-  Uint8 = 0, Int8 = 1, Uint16 = 2, Int16 = 3, Uint32 = 4, Int32 = 5, Float32 = 6, Bool = 7,
-  String = 8, Array = 9, Uint64 = 10, Int64 = 11, Float64 = 12,
+  Uint8 = 0,
+  Int8 = 1,
+  Uint16 = 2,
+  Int16 = 3,
+  Uint32 = 4,
+  Int32 = 5,
+  Float32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  Uint64 = 10,
+  Int64 = 11,
+  Float64 = 12,
 };
 const char* gguf_type_name(GgufType type);
 

@@ -20,15 +20,23 @@ using Json = nlohmann::json;
 
 const char* json_kind(const Json& j) {
   switch (j.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "boolean";
-    case Json::value_t::string: return "string";
-    case Json::value_t::array: return "array";
-    case Json::value_t::object: return "object";
-    case Json::value_t::number_float: return "float";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "boolean";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::object:
+      return "object";
+    case Json::value_t::number_float:
+      return "float";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "integer";
-    default: return "value";
+    case Json::value_t::number_unsigned:
+      return "integer";
+    default:
+      return "value";
   }
 }
 

@@ -26,7 +26,8 @@ uint64_t KvBlockManager::block_hash(uint64_t parent, std::span<const int32_t> to
   // 64-bit mix of the parent hash and the token ids (splitmix finaliser per step); 0 is reserved.
   uint64_t h = parent ^ 0x9E3779B97F4A7C15ull;
   for (int32_t t : tokens) {
-    h ^= static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h ^= static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x9E3779B97F4A7C15ull + (h << 6) +
+         (h >> 2);
     h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
     h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
     h ^= h >> 31;

@@ -18,10 +18,14 @@ namespace ember {
 
 const char* format_name(CheckpointFormat format) {
   switch (format) {
-    case CheckpointFormat::HfDirectory: return "hf-safetensors";
-    case CheckpointFormat::Gguf: return "gguf";
-    case CheckpointFormat::Llama2c: return "llama2c";
-    case CheckpointFormat::ConfigOnly: return "config";
+    case CheckpointFormat::HfDirectory:
+      return "hf-safetensors";
+    case CheckpointFormat::Gguf:
+      return "gguf";
+    case CheckpointFormat::Llama2c:
+      return "llama2c";
+    case CheckpointFormat::ConfigOnly:
+      return "config";
   }
   return "?";
 }
@@ -109,7 +113,8 @@ std::string find_llama2c_tokenizer(const fs::path& model_path, int64_t vocab_siz
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
-    if (name.rfind("tok", 0) == 0 && entry.path().extension() == ".bin") return entry.path().string();
+    if (name.rfind("tok", 0) == 0 && entry.path().extension() == ".bin")
+      return entry.path().string();
   }
   return "";
 }
@@ -140,8 +145,9 @@ Checkpoint open_checkpoint(const std::string& path_string, const CheckpointOptio
     ckpt = open_hf(path, options);
   } else if (path.extension() == ".json") {
     if (!options.dummy) {
-      throw Error(path_string + ": a config.json alone has no weights; pass --dummy for random "
-                                "weights, or give the checkpoint directory");
+      throw Error(path_string +
+                  ": a config.json alone has no weights; pass --dummy for random "
+                  "weights, or give the checkpoint directory");
     }
     ckpt.format = CheckpointFormat::ConfigOnly;
     ckpt.config_source = path_string;
@@ -156,8 +162,9 @@ Checkpoint open_checkpoint(const std::string& path_string, const CheckpointOptio
   } else if (path.extension() == ".gguf") {
     throw Error(path_string + ": bad GGUF magic (expected \"GGUF\")");
   } else {
-    throw Error(path_string + ": unrecognised model format (expected an HF directory, a .gguf "
-                              "file, a llama2.c .bin, or config.json with --dummy)");
+    throw Error(path_string +
+                ": unrecognised model format (expected an HF directory, a .gguf "
+                "file, a llama2.c .bin, or config.json with --dummy)");
   }
   ckpt.path = path_string;
   if (!options.tokenizer_path.empty()) ckpt.tokenizer_path = options.tokenizer_path;

@@ -27,7 +27,7 @@ struct StoredTensor {
 
 struct Checkpoint {
   CheckpointFormat format = CheckpointFormat::HfDirectory;
-  std::string path;        // what the user passed
+  std::string path;           // what the user passed
   std::string config_source;  // file the config came from (for messages)
   ModelConfig config;
   // Tensors by HF-style name. Empty for ConfigOnly.
@@ -42,12 +42,12 @@ struct Checkpoint {
   std::string torch_dtype;  // config.json's torch_dtype, if any
   std::vector<std::shared_ptr<const MappedFile>> mappings;
   std::shared_ptr<const GgufFile> gguf;  // set for GGUF files (tokenizer, metadata)
-  std::string tokenizer_path;  // llama2.c tokenizer.bin or HF tokenizer.json, if found
+  std::string tokenizer_path;            // llama2.c tokenizer.bin or HF tokenizer.json, if found
 };
 
 struct CheckpointOptions {
-  bool dummy = false;             // config only; weights are generated later
-  std::string tokenizer_path;     // --tokenizer override
+  bool dummy = false;          // config only; weights are generated later
+  std::string tokenizer_path;  // --tokenizer override
 };
 
 // Opens `path` (directory, .json, .gguf or llama2.c .bin). Throws ember::Error naming the file.

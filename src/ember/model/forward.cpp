@@ -58,8 +58,9 @@ const std::vector<float>& ForwardPass::step(const StepInput& input) {
   const int64_t D = c.d_model;
   int64_t covered = 0;
   for (const auto& s : input.sequences) covered += s.n_tokens;
-  if (covered != T) throw Error("forward step: sequences cover " + std::to_string(covered) +
-                                " tokens but the batch has " + std::to_string(T));
+  if (covered != T)
+    throw Error("forward step: sequences cover " + std::to_string(covered) +
+                " tokens but the batch has " + std::to_string(T));
   auto grow = [](std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   };

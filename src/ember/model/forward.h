@@ -38,7 +38,8 @@ class ForwardPass {
 
  private:
   // y[:, 0:sum(N_i)] for several matrices sharing one input, split by rows over the pool.
-  void matmul_parallel(const float* x, int64_t T, std::initializer_list<const cpu::WeightMatrix*> ws,
+  void matmul_parallel(const float* x, int64_t T,
+                       std::initializer_list<const cpu::WeightMatrix*> ws,
                        std::initializer_list<float*> ys);
   void attention_block(int64_t layer, const LayerWeights& lw, int64_t T);
   void mlp_block(const LayerWeights& lw, int64_t T);
@@ -50,7 +51,7 @@ class ForwardPass {
   // Per-step scratch, grown as needed: x/xn/tmp [T, d_model], q/attn [T, q_dim],
   // k/v [T, kv_dim], gate/up [T, d_ffn].
   std::vector<float> x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_;
-  std::vector<int32_t> positions_;            // [T]
+  std::vector<int32_t> positions_;               // [T]
   std::vector<const SequenceSlice*> token_seq_;  // [T]
   std::vector<float> final_rows_, logits_;
   std::vector<cpu::BlockQ8Act> x_q8_;  // quantized matmul input, when weights are q8_0/q4_0

@@ -6,7 +6,8 @@ namespace ember {
 
 void ModelConfig::validate(const std::string& source) const {
   auto require_positive = [&](int64_t v, const char* field) {
-    if (v <= 0) throw Error(source + ": " + field + " must be positive (got " + std::to_string(v) + ")");
+    if (v <= 0)
+      throw Error(source + ": " + field + " must be positive (got " + std::to_string(v) + ")");
   };
   require_positive(d_model, "hidden_size (d_model)");
   require_positive(d_ffn, "intermediate_size (d_ffn)");
@@ -21,8 +22,8 @@ void ModelConfig::validate(const std::string& source) const {
   }
   if (head_dim % 2 != 0) throw Error(source + ": head_dim must be even for RoPE");
   if (rope_dim <= 0 || rope_dim > head_dim || rope_dim % 2 != 0) {
-    throw Error(source + ": rope dimension " + std::to_string(rope_dim) + " is invalid for head_dim " +
-                std::to_string(head_dim));
+    throw Error(source + ": rope dimension " + std::to_string(rope_dim) +
+                " is invalid for head_dim " + std::to_string(head_dim));
   }
   if (!(rms_norm_eps > 0.0f)) throw Error(source + ": rms_norm_eps must be positive");
   if (!(rope_theta > 0.0f)) throw Error(source + ": rope_theta must be positive");

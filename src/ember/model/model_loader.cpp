@@ -34,7 +34,9 @@ struct SplitMix64 {
     return z ^ (z >> 31);
   }
   // Uniform in [-1, 1).
-  float uniform() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-52 - 1.0); }
+  float uniform() {
+    return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-52 - 1.0);
+  }
 };
 
 uint64_t hash_name(const std::string& s, uint64_t seed) {
@@ -100,7 +102,8 @@ class WeightBuilder {
     if (ckpt_.format == CheckpointFormat::ConfigOnly) {
       SplitMix64 rng{hash_name(expected.name, seed_)};
       // Norm weights are exactly `dummy_value` (1); biases get small noise around 0.
-      for (int64_t k = 0; k < n; ++k) dst[k] = dummy_value == 0 ? 0.02f * rng.uniform() : dummy_value;
+      for (int64_t k = 0; k < n; ++k)
+        dst[k] = dummy_value == 0 ? 0.02f * rng.uniform() : dummy_value;
       return dst;
     }
     const TensorView& src = find(expected).view;
@@ -143,8 +146,9 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
   w.mappings = ckpt.mappings;
   const ModelConfig& c = w.config;
   if (!dtype && ckpt.format == CheckpointFormat::ConfigOnly) {
-    dtype = ckpt.torch_dtype == "float32" ? DType::F32
-            : ckpt.torch_dtype == "float16" ? DType::F16 : DType::BF16;
+    dtype = ckpt.torch_dtype == "float32"   ? DType::F32
+            : ckpt.torch_dtype == "float16" ? DType::F16
+                                            : DType::BF16;
   }
   WeightBuilder b(ckpt, dtype, dummy_seed, w);
   std::vector<ExpectedTensor> expected = expected_tensors(c);
@@ -175,7 +179,8 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
   }
   w.rope_inv_freq = rope_inverse_frequencies(c);
   if (!ckpt.rope_freq_factors.empty()) {
-    for (size_t k = 0; k < w.rope_inv_freq.size(); ++k) w.rope_inv_freq[k] /= ckpt.rope_freq_factors[k];
+    for (size_t k = 0; k < w.rope_inv_freq.size(); ++k)
+      w.rope_inv_freq[k] /= ckpt.rope_freq_factors[k];
   }
   if (matrix_dtype_out) *matrix_dtype_out = w.layers.empty() ? w.embed.dtype : w.layers[0].wq.dtype;
   return w;
@@ -191,10 +196,12 @@ std::unique_ptr<Tokenizer> load_checkpoint_tokenizer(const Checkpoint& ckpt) {
   }
   if (ckpt.format == CheckpointFormat::Llama2c) {
     if (ckpt.tokenizer_path.empty()) {
-      throw Error(ckpt.path + ": no tokenizer found beside the model (tokenizer.bin or tok*.bin); "
-                              "pass --tokenizer PATH");
+      throw Error(ckpt.path +
+                  ": no tokenizer found beside the model (tokenizer.bin or tok*.bin); "
+                  "pass --tokenizer PATH");
     }
-    return load_llama2c_tokenizer(ckpt.tokenizer_path, static_cast<int32_t>(ckpt.config.vocab_size));
+    return load_llama2c_tokenizer(ckpt.tokenizer_path,
+                                  static_cast<int32_t>(ckpt.config.vocab_size));
   }
   if (ckpt.tokenizer_path.empty()) {
     throw Error(ckpt.path + ": no tokenizer.json beside the model (pass --tokenizer PATH)");
@@ -211,8 +218,7 @@ LoadedModel load_model(const LoadOptions& options) {
   m.checkpoint = open_checkpoint(options.path, copts);
   m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed, &m.matrix_dtype);
   if (options.load_tokenizer) m.tokenizer = load_checkpoint_tokenizer(m.checkpoint);
-  m.load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;
 }
 

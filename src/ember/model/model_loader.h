@@ -17,9 +17,9 @@ namespace ember {
 
 struct LoadOptions {
   std::string path;
-  std::string tokenizer_path;     // overrides the one found beside the model
-  std::optional<DType> dtype;     // matrices converted to this; default: as stored (dummy: bf16)
-  bool dummy = false;             // seeded random weights from the config alone
+  std::string tokenizer_path;  // overrides the one found beside the model
+  std::optional<DType> dtype;  // matrices converted to this; default: as stored (dummy: bf16)
+  bool dummy = false;          // seeded random weights from the config alone
   uint64_t dummy_seed = 1234;
   bool load_tokenizer = true;
 };

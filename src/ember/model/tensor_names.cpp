@@ -40,12 +40,18 @@ std::optional<std::string> hf_name_from_gguf(const std::string& gguf_name) {
 
 const char* component_name(TensorComponent component) {
   switch (component) {
-    case TensorComponent::Embedding: return "embeddings";
-    case TensorComponent::Attention: return "attention";
-    case TensorComponent::Mlp: return "mlp";
-    case TensorComponent::Norm: return "norms";
-    case TensorComponent::LmHead: return "lm_head";
-    case TensorComponent::Other: return "other";
+    case TensorComponent::Embedding:
+      return "embeddings";
+    case TensorComponent::Attention:
+      return "attention";
+    case TensorComponent::Mlp:
+      return "mlp";
+    case TensorComponent::Norm:
+      return "norms";
+    case TensorComponent::LmHead:
+      return "lm_head";
+    case TensorComponent::Other:
+      return "other";
   }
   return "other";
 }

@@ -35,8 +35,9 @@ std::vector<float> rope_inverse_frequencies(const ModelConfig& config) {
       if (wavelen > low_wavelen) {
         freq /= config.rope_factor;
       } else if (wavelen >= high_wavelen) {
-        double smooth = (config.rope_original_max_position / wavelen - config.rope_low_freq_factor) /
-                        (config.rope_high_freq_factor - config.rope_low_freq_factor);
+        double smooth =
+            (config.rope_original_max_position / wavelen - config.rope_low_freq_factor) /
+            (config.rope_high_freq_factor - config.rope_low_freq_factor);
         freq = (1.0 - smooth) * freq / config.rope_factor + smooth * freq;
       }
     }

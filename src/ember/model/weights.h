@@ -16,26 +16,26 @@ namespace ember {
 
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [d_model]
-  cpu::WeightMatrix wq;              // [n_heads * head_dim, d_model], rows in HF half-rotation order
-  cpu::WeightMatrix wk;              // [n_kv_heads * head_dim, d_model]
-  cpu::WeightMatrix wv;              // [n_kv_heads * head_dim, d_model]
-  cpu::WeightMatrix wo;              // [d_model, n_heads * head_dim]
-  const float* bq = nullptr;         // [q_dim] or null (attention bias, Qwen2)
-  const float* bk = nullptr;         // [kv_dim] or null
-  const float* bv = nullptr;         // [kv_dim] or null
-  const float* ffn_norm = nullptr;   // [d_model]
-  cpu::WeightMatrix w_gate;          // [d_ffn, d_model]
-  cpu::WeightMatrix w_up;            // [d_ffn, d_model]
-  cpu::WeightMatrix w_down;          // [d_model, d_ffn]
+  cpu::WeightMatrix wq;             // [n_heads * head_dim, d_model], rows in HF half-rotation order
+  cpu::WeightMatrix wk;             // [n_kv_heads * head_dim, d_model]
+  cpu::WeightMatrix wv;             // [n_kv_heads * head_dim, d_model]
+  cpu::WeightMatrix wo;             // [d_model, n_heads * head_dim]
+  const float* bq = nullptr;        // [q_dim] or null (attention bias, Qwen2)
+  const float* bk = nullptr;        // [kv_dim] or null
+  const float* bv = nullptr;        // [kv_dim] or null
+  const float* ffn_norm = nullptr;  // [d_model]
+  cpu::WeightMatrix w_gate;         // [d_ffn, d_model]
+  cpu::WeightMatrix w_up;           // [d_ffn, d_model]
+  cpu::WeightMatrix w_down;         // [d_model, d_ffn]
 };
 
 struct ModelWeights {
   ModelConfig config;
-  cpu::WeightMatrix embed;         // [vocab, d_model]
+  cpu::WeightMatrix embed;  // [vocab, d_model]
   std::vector<LayerWeights> layers;
   const float* final_norm = nullptr;  // [d_model]
-  cpu::WeightMatrix lm_head;       // [vocab, d_model]; the embedding itself when tied
-  std::vector<float> rope_inv_freq;  // [rope_dim / 2], llama3 scaling already applied
+  cpu::WeightMatrix lm_head;          // [vocab, d_model]; the embedding itself when tied
+  std::vector<float> rope_inv_freq;   // [rope_dim / 2], llama3 scaling already applied
 
   // Keep-alive storage behind the views above.
   std::vector<std::shared_ptr<const MappedFile>> mappings;

@@ -28,7 +28,7 @@ EMBER_AVX2_INLINE __m256i load_weights(const uint8_t* row, int64_t b, float* d) 
     *d = _cvtsh_ss(blk->d);
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
     const __m128i low_mask = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_and_si128(packed, low_mask);                      // values 0..15
+    const __m128i lo = _mm_and_si128(packed, low_mask);                     // values 0..15
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);  // values 16..31
     return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
   }
@@ -83,9 +83,15 @@ template <DType kDtype, int R>
 EMBER_AVX2_INLINE void tile_tokens(const BlockQ8Act* xq, int nt, int64_t nb, const uint8_t* w,
                                    int64_t row_bytes, float* y, int64_t ldy) {
   switch (nt) {
-    case 1: tile<kDtype, R, 1>(xq, nb, w, row_bytes, y, ldy); break;
-    case 2: tile<kDtype, R, 2>(xq, nb, w, row_bytes, y, ldy); break;
-    default: tile<kDtype, R, 3>(xq, nb, w, row_bytes, y, ldy); break;
+    case 1:
+      tile<kDtype, R, 1>(xq, nb, w, row_bytes, y, ldy);
+      break;
+    case 2:
+      tile<kDtype, R, 2>(xq, nb, w, row_bytes, y, ldy);
+      break;
+    default:
+      tile<kDtype, R, 3>(xq, nb, w, row_bytes, y, ldy);
+      break;
   }
 }
 
@@ -138,8 +144,8 @@ EMBER_AVX2 void quantize_activations(const float* x, int64_t T, int64_t K, Block
     // Round to nearest even, as std::nearbyint does in the reference.
     __m256i q[4];
     for (int c = 0; c < 4; ++c) {
-      q[c] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[c], inv),
-                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      q[c] = _mm256_cvtps_epi32(
+          _mm256_round_ps(_mm256_mul_ps(v[c], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     // int32 -> int8 with the lane shuffles packs introduce undone by one permute.
     const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);

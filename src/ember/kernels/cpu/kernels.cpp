@@ -16,16 +16,21 @@ namespace ember::cpu {
 namespace {
 
 constexpr KernelTable kScalarTable = {
-    Isa::Scalar,         scalar::matmul,         scalar::rmsnorm,
-    scalar::rope,        scalar::softmax,        scalar::silu_mul,
-    scalar::add_inplace, scalar::dequantize_row, scalar::attention,
-    scalar::quantize_activations, scalar::matmul_q8,
+    Isa::Scalar,         scalar::matmul,
+    scalar::rmsnorm,     scalar::rope,
+    scalar::softmax,     scalar::silu_mul,
+    scalar::add_inplace, scalar::dequantize_row,
+    scalar::attention,   scalar::quantize_activations,
+    scalar::matmul_q8,
 };
 
 constexpr KernelTable kAvx2Table = {
-    Isa::Avx2,      avx2::matmul,      avx2::rmsnorm,        avx2::rope,      avx2::softmax,
-    avx2::silu_mul, avx2::add_inplace, avx2::dequantize_row, avx2::attention,
-    avx2::quantize_activations, avx2::matmul_q8,
+    Isa::Avx2,         avx2::matmul,
+    avx2::rmsnorm,     avx2::rope,
+    avx2::softmax,     avx2::silu_mul,
+    avx2::add_inplace, avx2::dequantize_row,
+    avx2::attention,   avx2::quantize_activations,
+    avx2::matmul_q8,
 };
 
 bool cpu_has_avx2() {

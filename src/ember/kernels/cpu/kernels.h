@@ -16,8 +16,8 @@ namespace ember::cpu {
 
 enum class Isa : uint8_t { Scalar, Avx2, Avx512 };
 const char* isa_name(Isa isa);
-Isa active_isa();                 // what the dispatcher uses now
-void force_isa(Isa isa);          // for tests and the EMBER_ISA variable
+Isa active_isa();         // what the dispatcher uses now
+void force_isa(Isa isa);  // for tests and the EMBER_ISA variable
 
 // A weight matrix W [n_rows, n_cols] in `dtype`, row-major, each row `row_bytes` apart.
 struct WeightMatrix {
