@@ -176,25 +176,18 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
   cache_ = std::make_unique<WordCache>();
 }
 
-void BpeTokenizer::check_id(int32_t id) const {
-  if (id < 0 || id >= vocab_size()) {
-    throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                std::to_string(vocab_size()) + ")");
-  }
-}
-
 const std::string& BpeTokenizer::piece(int32_t id) const {
-  check_id(id);
+  check_token_id(id);
   return vocab_.tokens[id];
 }
 
 std::string BpeTokenizer::token_bytes(int32_t id) const {
-  check_id(id);
+  check_token_id(id);
   return bytes_[id];
 }
 
 std::string BpeTokenizer::token_text(int32_t id, bool render_special) const {
-  check_id(id);
+  check_token_id(id);
   const BpeTokenKind k = vocab_.kinds[id];
   if (render_special && (k == BpeTokenKind::Control || k == BpeTokenKind::Unknown)) {
     return vocab_.tokens[id];
@@ -203,7 +196,7 @@ std::string BpeTokenizer::token_text(int32_t id, bool render_special) const {
 }
 
 BpeTokenKind BpeTokenizer::token_kind(int32_t id) const {
-  check_id(id);
+  check_token_id(id);
   return vocab_.kinds[id];
 }
 

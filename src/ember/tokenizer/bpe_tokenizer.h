@@ -93,7 +93,6 @@ class BpeTokenizer : public Tokenizer {
   struct MergeTable;  // (left id, right id) -> (rank, merged id)
   struct WordCache;
 
-  void check_id(int32_t id) const;
   // Encodes text with no added tokens in it.
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
   // Encodes one pre-tokenized piece: raw bytes (`raw_bytes`) or text already in the alphabet.

@@ -11,21 +11,21 @@
 #include "ember/core/error.h"
 #include "ember/formats/gguf.h"
 #include "ember/tokenizer/bpe_tokenizer.h"
+#include "ember/tokenizer/gguf_vocab_metadata.h"
 #include "ember/tokenizer/pretokenizer.h"
 
 namespace ember {
 
 namespace {
 
+using gguf_vocab::fail_key;
+using gguf_vocab::optional_int;
+
 constexpr const char* kModelKey = "tokenizer.ggml.model";
 constexpr const char* kTokensKey = "tokenizer.ggml.tokens";
 constexpr const char* kMergesKey = "tokenizer.ggml.merges";
 constexpr const char* kTypesKey = "tokenizer.ggml.token_type";
 constexpr const char* kPreKey = "tokenizer.ggml.pre";
-
-[[noreturn]] void fail_key(const GgufFile& gguf, const std::string& key, const std::string& what) {
-  throw Error(gguf.path() + ": metadata key '" + key + "' " + what);
-}
 
 // The array under `key`, checked to hold only `type` elements.
 const std::vector<GgufValue>& typed_array(const GgufFile& gguf, const std::string& key,
@@ -46,17 +46,6 @@ bool is_string(const GgufValue& v) {
 }
 bool is_integer(const GgufValue& v) {
   return v.as_int().has_value();
-}
-
-std::optional<int64_t> optional_int(const GgufFile& gguf, const std::string& key) {
-  const GgufValue* v = gguf.find(key);
-  if (v == nullptr) return std::nullopt;
-  const std::optional<int64_t> i = v->as_int();
-  if (!i) {
-    fail_key(gguf, key,
-             std::string("has type ") + gguf_type_name(v->type) + ", expected an integer");
-  }
-  return i;
 }
 
 // Special token ids outside the vocabulary (writers use 0xFFFFFFFF for "none") mean none.

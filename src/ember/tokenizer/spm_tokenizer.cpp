@@ -135,30 +135,23 @@ SpmTokenizer::SpmTokenizer(SpmVocab vocab) : vocab_(std::move(vocab)) {
   }
 }
 
-void SpmTokenizer::check_id(int32_t id) const {
-  if (id < 0 || id >= vocab_size()) {
-    throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                std::to_string(vocab_size()) + ")");
-  }
-}
-
 const std::string& SpmTokenizer::piece(int32_t id) const {
-  check_id(id);
+  check_token_id(id);
   return vocab_.pieces[id];
 }
 
 std::string SpmTokenizer::token_bytes(int32_t id) const {
-  check_id(id);
+  check_token_id(id);
   return bytes_[id];
 }
 
 float SpmTokenizer::score(int32_t id) const {
-  check_id(id);
+  check_token_id(id);
   return vocab_.scores[id];
 }
 
 SpmTokenType SpmTokenizer::token_type(int32_t id) const {
-  check_id(id);
+  check_token_id(id);
   return vocab_.types[id];
 }
 

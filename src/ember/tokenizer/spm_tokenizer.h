@@ -64,7 +64,6 @@ class SpmTokenizer : public Tokenizer {
   int32_t find_piece(std::string_view piece_text) const;
 
  private:
-  void check_id(int32_t id) const;
   // Id of the piece spelled `text` that segmentation may produce (not control/unknown/byte
   // entries, so "<s>" or "<0x41>" typed by a user stays plain text), or -1.
   int32_t segment_token(std::string_view text) const;

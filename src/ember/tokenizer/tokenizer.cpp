@@ -1,5 +1,9 @@
 #include "ember/tokenizer/tokenizer.h"
 
+#include <string>
+
+#include "ember/core/error.h"
+
 namespace ember {
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
@@ -20,6 +24,13 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     out += bytes;
   }
   return out;
+}
+
+void Tokenizer::check_token_id(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                std::to_string(vocab_size()) + ")");
+  }
 }
 
 }  // namespace ember

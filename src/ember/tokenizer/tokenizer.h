@@ -42,6 +42,10 @@ class Tokenizer {
   // Decodes a whole sequence, applying the SentencePiece rule that the space a leading '▁' stands
   // for is dropped on the first token after BOS.
   std::string decode(const std::vector<int32_t>& ids) const;
+
+ protected:
+  // Throws ember::Error unless 0 <= id < vocab_size().
+  void check_token_id(int32_t id) const;
 };
 
 // Loads the tokenizer embedded in a GGUF file (tokenizer.ggml.model = "llama": tokens, scores,

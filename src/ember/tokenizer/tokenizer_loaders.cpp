@@ -10,6 +10,7 @@
 #include "ember/core/error.h"
 #include "ember/core/mapped_file.h"
 #include "ember/formats/gguf.h"
+#include "ember/tokenizer/gguf_vocab_metadata.h"
 #include "ember/tokenizer/spm_tokenizer.h"
 #include "ember/tokenizer/tokenizer.h"
 
@@ -17,14 +18,13 @@ namespace ember {
 
 namespace {
 
+using gguf_vocab::fail_key;
+using gguf_vocab::optional_int;
+
 constexpr const char* kModelKey = "tokenizer.ggml.model";
 constexpr const char* kTokensKey = "tokenizer.ggml.tokens";
 constexpr const char* kScoresKey = "tokenizer.ggml.scores";
 constexpr const char* kTypesKey = "tokenizer.ggml.token_type";
-
-[[noreturn]] void fail_key(const GgufFile& gguf, const std::string& key, const std::string& what) {
-  throw Error(gguf.path() + ": metadata key '" + key + "' " + what);
-}
 
 void check_array_length(const GgufFile& gguf, const std::string& key,
                         const std::vector<GgufValue>& values, size_t n_tokens) {
@@ -42,18 +42,6 @@ void check_element(const GgufFile& gguf, const std::string& key, const GgufValue
              "element " + std::to_string(i) + " has type " + gguf_type_name(v.type) +
                  ", expected " + expected);
   }
-}
-
-// An optional integer key; absent -> nullopt, present with a non-integer type -> error.
-std::optional<int64_t> optional_int(const GgufFile& gguf, const std::string& key) {
-  const GgufValue* v = gguf.find(key);
-  if (v == nullptr) return std::nullopt;
-  const std::optional<int64_t> i = v->as_int();
-  if (!i) {
-    fail_key(gguf, key,
-             std::string("has type ") + gguf_type_name(v->type) + ", expected an integer");
-  }
-  return i;
 }
 
 bool optional_bool(const GgufFile& gguf, const std::string& key, bool fallback) {
