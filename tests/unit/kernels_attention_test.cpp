@@ -113,5 +113,33 @@ TEST(KernelsAttention, BlockPlacementDoesNotChangeBits) {
   }
 }
 
+// Computing the kv heads in separate ranges (as the forward pass splits one token across threads)
+// writes exactly the bits of the whole call, and each range touches only its own heads.
+TEST(KernelsAttention, KvHeadRangesMatchWholeCallBitExactly) {
+  const Case c{9, 3, 64, 16, 45};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    SCOPED_TRACE(isa_name(isa));
+    Pool p = make_pool(c, 11);
+    auto q = random_floats(c.n_heads * c.head_dim, 12);
+    std::vector<float> whole(q.size()), split(q.size(), -7.0f);
+    attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 0.125f, whole.data());
+    const int64_t per_kv = (c.n_heads / c.n_kv_heads) * c.head_dim;
+    attention_kv_heads(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 0.125f, split.data(),
+                       1, 2);
+    for (int64_t i = 0; i < static_cast<int64_t>(split.size()); ++i) {
+      const bool inside = i >= per_kv && i < 2 * per_kv;
+      if (!inside) {
+        ASSERT_EQ(split[i], -7.0f) << i;
+      }
+    }
+    attention_kv_heads(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 0.125f, split.data(),
+                       2, 3);
+    attention_kv_heads(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 0.125f, split.data(),
+                       0, 1);
+    EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0);
+  }
+}
+
 }  // namespace
 }  // namespace ember::cpu

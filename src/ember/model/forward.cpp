@@ -1,5 +1,6 @@
 #include "ember/model/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -144,10 +145,15 @@ void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t
 
   cpu::PagedKv view = kv_pool_.layer_view(layer);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  threads_.parallel_for(T, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      cpu::attention(q_.data() + t * qd, c.n_heads, view, token_seq_[t]->block_table,
-                     positions_[t] + 1, scale, attn_.data() + t * qd);
+  // Work items are (token, kv head) pairs, so a single decode token's heads still split across
+  // threads; a chunk covers whole kv-head runs of consecutive tokens.
+  const int64_t n_kv = c.n_kv_heads;
+  threads_.parallel_for(T * n_kv, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end;) {
+      const int64_t t = i / n_kv, g0 = i % n_kv, g1 = std::min(n_kv, g0 + (end - i));
+      cpu::attention_kv_heads(q_.data() + t * qd, c.n_heads, view, token_seq_[t]->block_table,
+                              positions_[t] + 1, scale, attn_.data() + t * qd, g0, g1);
+      i += g1 - g0;
     }
   });
 

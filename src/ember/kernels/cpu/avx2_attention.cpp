@@ -44,9 +44,11 @@ EMBER_AVX2_INLINE float dot(const float* q, const float* k, int64_t hd, __m256i 
 
 }  // namespace
 
-// q: [n_heads, head_dim]; out: [n_heads, head_dim]; K/V read through block_table.
+// q: [n_heads, head_dim]; out: [n_heads, head_dim]; K/V read through block_table. Only the query
+// heads of kv heads [kv_head_begin, kv_head_end) are computed.
 EMBER_AVX2 void attention(const float* q, int64_t n_heads, const PagedKv& kv,
-                          const int32_t* block_table, int64_t ctx_len, float scale, float* out) {
+                          const int32_t* block_table, int64_t ctx_len, float scale, float* out,
+                          int64_t kv_head_begin, int64_t kv_head_end) {
   thread_local AttentionScratch scratch;
   const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
   const int64_t group = n_heads / n_kv;
@@ -67,7 +69,7 @@ EMBER_AVX2 void attention(const float* q, int64_t n_heads, const PagedKv& kv,
   float* m = scratch.m.data();
   float* l = scratch.l.data();
 
-  for (int64_t g = 0; g < n_kv; ++g) {
+  for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
     const float* qg = q + g * group * hd;  // the group's query heads are consecutive
     std::fill(acc, acc + group * hd_pad, 0.0f);
     std::fill(m, m + group, -INFINITY);

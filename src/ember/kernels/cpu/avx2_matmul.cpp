@@ -1,34 +1,42 @@
-// AVX2 matmul y[t, n] = sum_k x[t, k] * W[n, k] for every weight dtype.
+// AVX2 matmul y[t, n] = sum_k x[t, k] * W[n, k] for float weights (f32, f16, bf16). Quantized
+// weights never come here: the dispatcher sends them to matmul_q8 (avx2_matmul_q8.cpp).
 //
-// Work is cut into tiles of R weight rows x NT tokens. In a tile each weight chunk of 8 values is
-// loaded (and converted to f32) once and used for NT tokens, and each activation chunk once for R
-// rows. Quantized weights are expanded to f32 per 32-block (d * q, exact), so every dtype computes
-// exactly the f32 product on its dequantized weights.
+// Work is cut into tiles of R weight rows x NT tokens. In a tile each weight chunk is loaded (and
+// converted to f32) once and used for NT tokens, and each activation chunk once for R rows.
 //
-// Determinism: every output element has ONE accumulator that takes its 8-lane FMAs in increasing k
-// and is reduced by hsum(); the tile shape only decides which elements run side by side, never the
-// order within one element. So y[t, n] is bit-identical for any T, row range or thread.
+// bf16 rows are read 16 values (32 bytes) at a time: as 8 32-bit lanes, lane j holds value 2j in
+// its low half and value 2j + 1 in its high half, so `lane << 16` is the even values and
+// `lane & 0xffff0000` the odd ones as exact f32, two ALU ops per 16 values instead of a widening
+// shuffle per 8. The activations are de-interleaved to match once per call (x_even, x_odd per
+// 16-value chunk, zero-padded to a multiple of 16).
+//
+// Determinism: every output element has ONE accumulator that takes its FMAs in a fixed order
+// (increasing k; for bf16 even then odd chunk per 16 values) and is reduced by hsum(); the tile
+// shape only decides which elements run side by side. So y[t, n] is bit-identical for any T, row
+// range or thread.
 #include <algorithm>
+#include <vector>
 
+#include "ember/kernels/cpu/avx2_prefetch.h"
 #include "ember/kernels/cpu/avx2_util.h"
 #include "ember/kernels/cpu/kernels_isa.h"
 
 namespace ember::cpu::avx2 {
 namespace {
 
-// Float weight rows (f32, f16, bf16): chunks of 8 along k, the last chunk zero-padded.
+// --- f32 / f16: chunks of 8 along k, the last one zero-padded -------------------------------
+
 template <DType kDtype>
 EMBER_AVX2_INLINE __m256 load8(const uint8_t* row, int64_t k) {
   if constexpr (kDtype == DType::F32) return load8_f32(row, k);
-  if constexpr (kDtype == DType::F16) return load8_f16(row, k);
-  return load8_bf16(row, k);
+  return load8_f16(row, k);
 }
 
-// x: NT tokens starting at x (leading dim K); w: R rows starting at w (row_bytes apart);
-// y: y[t * ldy + r] for the tile.
+// x: NT tokens starting at x (leading dim ldx); w: R rows (row_bytes apart); y[t * ldy + r].
+// `prefetch` streams the next tile's rows into cache while this one computes (decode only).
 template <DType kDtype, int R, int NT>
-EMBER_AVX2 void tile_float(const float* x, int64_t K, const uint8_t* w, int64_t row_bytes, float* y,
-                           int64_t ldy) {
+EMBER_AVX2 void tile_f32_f16(const float* x, int64_t ldx, int64_t K, const uint8_t* w,
+                             int64_t row_bytes, float* y, int64_t ldy, LinePrefetcher* prefetch) {
   __m256 acc[R][NT];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -37,12 +45,13 @@ EMBER_AVX2 void tile_float(const float* x, int64_t K, const uint8_t* w, int64_t 
   }
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
+    if (prefetch != nullptr) prefetch->step();
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 wv = load8<kDtype>(w + r * row_bytes, k);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
-        acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * K + k), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * ldx + k), acc[r][t]);
       }
     }
   }
@@ -53,7 +62,7 @@ EMBER_AVX2 void tile_float(const float* x, int64_t K, const uint8_t* w, int64_t 
       const __m256 wv = load_tail(kDtype, w + r * row_bytes, k, K - k);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
-        acc[r][t] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x + t * K + k, mask), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x + t * ldx + k, mask), acc[r][t]);
       }
     }
   }
@@ -64,33 +73,69 @@ EMBER_AVX2 void tile_float(const float* x, int64_t K, const uint8_t* w, int64_t 
   }
 }
 
-// Quantized rows: per 32-block, 4 chunks of 8 exact f32 weights (K is a multiple of 32).
-template <DType kDtype, int R, int NT>
-EMBER_AVX2 void tile_quant(const float* x, int64_t K, const uint8_t* w, int64_t row_bytes, float* y,
-                           int64_t ldy) {
+// --- bf16: chunks of 16 against de-interleaved activations ------------------------------------
+
+// x [T, K] -> xp [T, K16] with K16 = K rounded up to 16: per chunk of 16, the 8 even-indexed
+// values then the 8 odd-indexed ones, zeros past K.
+EMBER_AVX2 void deinterleave_activations(const float* x, int64_t T, int64_t K, float* xp) {
+  const int64_t K16 = (K + 15) / 16 * 16;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * K;
+    float* out = xp + t * K16;
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+      // a = x0..x7, b = x8..x15 -> even (x0 x2 .. x14), odd (x1 x3 .. x15).
+      const __m256 a = _mm256_loadu_ps(xt + k), b = _mm256_loadu_ps(xt + k + 8);
+      const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+      const __m256 even = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));  // per 128-bit lane
+      const __m256 odd = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+      _mm256_storeu_ps(out + k, _mm256_permutevar8x32_ps(even, order));
+      _mm256_storeu_ps(out + k + 8, _mm256_permutevar8x32_ps(odd, order));
+    }
+    if (k < K) {
+      for (int64_t j = 0; j < 16; ++j) {
+        const float v = k + j < K ? xt[k + j] : 0.0f;
+        out[k + (j % 2) * 8 + j / 2] = v;
+      }
+    }
+  }
+}
+
+// The 16 bf16 values at element k of a row (the last chunk zero-padded) as even / odd f32.
+EMBER_AVX2_INLINE void load16_bf16(const uint8_t* row, int64_t k, int64_t K, __m256* even,
+                                   __m256* odd) {
+  __m256i v;
+  if (k + 16 <= K) {
+    v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+  } else {
+    alignas(32) uint16_t buf[16] = {};
+    std::memcpy(buf, row + 2 * k, static_cast<size_t>(K - k) * 2);
+    v = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+  }
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000))));
+}
+
+// xp: de-interleaved activations, NT tokens with leading dim ldx (= K16).
+template <int R, int NT>
+EMBER_AVX2 void tile_bf16(const float* xp, int64_t ldx, int64_t K, const uint8_t* w,
+                          int64_t row_bytes, float* y, int64_t ldy, LinePrefetcher* prefetch) {
   __m256 acc[R][NT];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
   }
-  const int64_t n_blocks = K / kQuantBlock;
-  for (int64_t b = 0; b < n_blocks; ++b) {
+  for (int64_t k = 0; k < K; k += 16) {
+    if (prefetch != nullptr) prefetch->step();
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      __m256 wv[4];
-      if constexpr (kDtype == DType::Q8_0) {
-        load_block_q8_0(reinterpret_cast<const BlockQ8_0*>(w + r * row_bytes) + b, wv);
-      } else {
-        load_block_q4_0(reinterpret_cast<const BlockQ4_0*>(w + r * row_bytes) + b, wv);
-      }
+      __m256 even, odd;
+      load16_bf16(w + r * row_bytes, k, K, &even, &odd);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
-        const float* xb = x + t * K + b * kQuantBlock;
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-          acc[r][t] = _mm256_fmadd_ps(wv[c], _mm256_loadu_ps(xb + 8 * c), acc[r][t]);
-        }
+        acc[r][t] = _mm256_fmadd_ps(even, _mm256_loadu_ps(xp + t * ldx + k), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(odd, _mm256_loadu_ps(xp + t * ldx + k + 8), acc[r][t]);
       }
     }
   }
@@ -102,67 +147,77 @@ EMBER_AVX2 void tile_quant(const float* x, int64_t K, const uint8_t* w, int64_t 
 }
 
 template <DType kDtype, int R, int NT>
-EMBER_AVX2_INLINE void tile(const float* x, int64_t K, const uint8_t* w, int64_t row_bytes,
-                            float* y, int64_t ldy) {
-  if constexpr (kDtype == DType::Q8_0 || kDtype == DType::Q4_0) {  // K % 32 == 0
-    tile_quant<kDtype, R, NT>(x, K, w, row_bytes, y, ldy);
+EMBER_AVX2_INLINE void tile(const float* x, int64_t ldx, int64_t K, const uint8_t* w,
+                            int64_t row_bytes, float* y, int64_t ldy, LinePrefetcher* prefetch) {
+  if constexpr (kDtype == DType::BF16) {
+    tile_bf16<R, NT>(x, ldx, K, w, row_bytes, y, ldy, prefetch);
   } else {
-    tile_float<kDtype, R, NT>(x, K, w, row_bytes, y, ldy);
+    tile_f32_f16<kDtype, R, NT>(x, ldx, K, w, row_bytes, y, ldy, prefetch);
   }
 }
 
-// Prefill tile shape, sized to the 16 ymm registers. Float rows: 4 rows x 3 tokens = 12
-// accumulators + 3 activation vectors + 1 weight vector. Quantized rows keep a whole expanded
-// block (4 vectors) live per row, so: 2 rows x 4 tokens = 8 accumulators + 4 + 1.
-template <DType kDtype>
-constexpr bool kIsQuant = kDtype == DType::Q8_0 || kDtype == DType::Q4_0;
-template <DType kDtype>
-constexpr int kRows = kIsQuant<kDtype> ? 2 : 4;
-template <DType kDtype>
-constexpr int kTokens = kIsQuant<kDtype> ? 4 : 3;
-
-// Tokens [t, t + nt) (nt in 1..4) against rows [n, n + R).
+// Tokens [t, t + nt) (nt in 1..3) against rows [n, n + R).
 template <DType kDtype, int R>
-EMBER_AVX2_INLINE void tile_tokens(const float* x, int nt, int64_t K, const uint8_t* w,
+EMBER_AVX2_INLINE void tile_tokens(const float* x, int nt, int64_t ldx, int64_t K, const uint8_t* w,
                                    int64_t row_bytes, float* y, int64_t ldy) {
   if (nt == 1) {
-    tile<kDtype, R, 1>(x, K, w, row_bytes, y, ldy);
+    tile<kDtype, R, 1>(x, ldx, K, w, row_bytes, y, ldy, nullptr);
   } else if (nt == 2) {
-    tile<kDtype, R, 2>(x, K, w, row_bytes, y, ldy);
-  } else if (nt == 3) {
-    tile<kDtype, R, 3>(x, K, w, row_bytes, y, ldy);
+    tile<kDtype, R, 2>(x, ldx, K, w, row_bytes, y, ldy, nullptr);
   } else {
-    tile<kDtype, R, 4>(x, K, w, row_bytes, y, ldy);
+    tile<kDtype, R, 3>(x, ldx, K, w, row_bytes, y, ldy, nullptr);
   }
 }
 
-// Decode (T = 1): 8 rows at a time give 8 independent FMA chains to cover the FMA latency.
-// Prefill (T > 1): kRows x kTokens tiles, so each converted weight chunk serves several tokens and
-// each activation chunk several rows; the tile's rows (a few KiB) stay in L1 while all token
-// groups stream past them.
+// Decode (T = 1): 8 rows at a time give 8 independent FMA chains to cover the FMA latency, and
+// the next 8 rows are prefetched meanwhile (the hardware prefetcher alone leaves the memory bus
+// idle at each new tile). Prefill (T > 1): 4 rows x 3 tokens (12 accumulators + 3 activations +
+// 1 weight vector = 16 ymm registers) over token blocks of 64, so a tile's rows (a few KiB) stay
+// in L1 while the block's activations (<= 64 x 6 KiB) stay in L2.
 template <DType kDtype>
 EMBER_AVX2 void matmul_dtype(const float* x, int64_t T, const WeightMatrix& w, float* y,
                              int64_t ldy, int64_t row_begin, int64_t row_end) {
   const int64_t K = w.n_cols;
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t rb = w.row_bytes;
+  int64_t ldx = K;
+  if constexpr (kDtype == DType::BF16) {
+    thread_local std::vector<float> deinterleaved;
+    ldx = (K + 15) / 16 * 16;
+    if (static_cast<int64_t>(deinterleaved.size()) < T * ldx) {
+      deinterleaved.resize(static_cast<size_t>(T * ldx));
+    }
+    deinterleave_activations(x, T, K, deinterleaved.data());
+    x = deinterleaved.data();
+  }
   int64_t n = row_begin;
   if (T == 1) {
-    for (; n + 8 <= row_end; n += 8) tile<kDtype, 8, 1>(x, K, base + n * rb, rb, y + n, ldy);
-    for (; n < row_end; ++n) tile<kDtype, 1, 1>(x, K, base + n * rb, rb, y + n, ldy);
+    constexpr int R = 8;
+    constexpr int64_t kStep = kDtype == DType::BF16 ? 16 : 8;
+    const int64_t steps = (K + kStep - 1) / kStep;
+    for (; n + R <= row_end; n += R) {
+      const int64_t next_end = std::min(row_end, n + 2 * R);
+      LinePrefetcher prefetch(base + (n + R) * rb, base + next_end * rb, steps);
+      tile<kDtype, R, 1>(x, ldx, K, base + n * rb, rb, y + n, ldy, &prefetch);
+    }
+    for (; n < row_end; ++n) tile<kDtype, 1, 1>(x, ldx, K, base + n * rb, rb, y + n, ldy, nullptr);
     return;
   }
-  constexpr int R = kRows<kDtype>, NT = kTokens<kDtype>;
-  for (; n + R <= row_end; n += R) {
-    for (int64_t t = 0; t < T; t += NT) {
-      const int nt = static_cast<int>(std::min<int64_t>(NT, T - t));
-      tile_tokens<kDtype, R>(x + t * K, nt, K, base + n * rb, rb, y + t * ldy + n, ldy);
+  constexpr int R = 4, NT = 3;
+  constexpr int64_t kTokenBlock = 64;
+  for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
+    const int64_t t1 = std::min(T, t0 + kTokenBlock);
+    for (n = row_begin; n + R <= row_end; n += R) {
+      for (int64_t t = t0; t < t1; t += NT) {
+        const int nt = static_cast<int>(std::min<int64_t>(NT, t1 - t));
+        tile_tokens<kDtype, R>(x + t * ldx, nt, ldx, K, base + n * rb, rb, y + t * ldy + n, ldy);
+      }
     }
-  }
-  for (; n < row_end; ++n) {
-    for (int64_t t = 0; t < T; t += NT) {
-      const int nt = static_cast<int>(std::min<int64_t>(NT, T - t));
-      tile_tokens<kDtype, 1>(x + t * K, nt, K, base + n * rb, rb, y + t * ldy + n, ldy);
+    for (; n < row_end; ++n) {
+      for (int64_t t = t0; t < t1; t += NT) {
+        const int nt = static_cast<int>(std::min<int64_t>(NT, t1 - t));
+        tile_tokens<kDtype, 1>(x + t * ldx, nt, ldx, K, base + n * rb, rb, y + t * ldy + n, ldy);
+      }
     }
   }
 }
@@ -182,11 +237,15 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t 
       matmul_dtype<DType::BF16>(x, T, w, y, ldy, row_begin, row_end);
       break;
     case DType::Q8_0:
-      matmul_dtype<DType::Q8_0>(x, T, w, y, ldy, row_begin, row_end);
+    case DType::Q4_0: {
+      // Quantized weights take 8-bit activations (what the dispatcher does before calling us).
+      thread_local std::vector<BlockQ8Act> xq;
+      const size_t blocks = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
+      if (xq.size() < blocks) xq.resize(blocks);
+      avx2::quantize_activations(x, T, w.n_cols, xq.data());
+      avx2::matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);
       break;
-    case DType::Q4_0:
-      matmul_dtype<DType::Q4_0>(x, T, w, y, ldy, row_begin, row_end);
-      break;
+    }
   }
 }
 

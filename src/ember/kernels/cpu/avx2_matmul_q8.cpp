@@ -1,50 +1,67 @@
 // AVX2 quantized-weight matmul against 8-bit activations (see BlockQ8Act in kernels.h).
 //
-// Per 32-block the integer dot product uses the sign trick: maddubs multiplies unsigned by signed
-// bytes, so |w| is paired with x carrying w's sign (|w|, |x| <= 127, so the pairwise int16 sums
-// cannot saturate); madd with ones widens to 8 int32 lanes, which are converted to float and
-// accumulated with the block's scale d_w * d_x by one FMA. q4_0 nibbles are unpacked to
-// (nibble - 8) first and then take the same path.
+// Per 32-block an integer dot product (maddubs + madd, see WeightBlock) gives 8 int32 lanes, which
+// are converted to float and accumulated with the block's scale d_w * d_x by one FMA.
 //
 // Determinism: each output element owns one 8-lane accumulator updated block by block in
 // increasing order and reduced by hsum(); tiles only decide which elements run side by side.
 #include <algorithm>
 
+#include "ember/kernels/cpu/avx2_prefetch.h"
 #include "ember/kernels/cpu/avx2_util.h"
 #include "ember/kernels/cpu/kernels_isa.h"
 
 namespace ember::cpu::avx2 {
 namespace {
 
-// The 32 weights of block `b` of a row as signed bytes, and its scale.
+// The dot product of one weight block with one activation block as 8 int32 lanes whose sum is
+// the exact integer dot product, and the block's weight scale.
+//   q8_0: the sign trick. maddubs multiplies unsigned by signed bytes, so |w| is paired with x
+//         carrying w's sign (|w|, |x| <= 127: the pairwise int16 sums cannot saturate).
+//   q4_0: the stored nibbles u = w + 8 are already unsigned, so maddubs(u, x) runs directly
+//         (15 * 127 * 2 fits int16) and the offset is taken back as 8 * sum(x), precomputed per
+//         activation block, from lane 0: sum_i (u_i - 8) x_i = sum_i u_i x_i - 8 sum_i x_i.
 template <DType kDtype>
-EMBER_AVX2_INLINE __m256i load_weights(const uint8_t* row, int64_t b, float* d) {
-  if constexpr (kDtype == DType::Q8_0) {
+struct WeightBlock;
+
+template <>
+struct WeightBlock<DType::Q8_0> {
+  __m256i abs, sign;
+  EMBER_AVX2_INLINE WeightBlock(const uint8_t* row, int64_t b, float* d) {
     const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
     *d = _cvtsh_ss(blk->d);
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-  } else {
+    sign = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+    abs = _mm256_sign_epi8(sign, sign);
+  }
+  EMBER_AVX2_INLINE __m256i dot(__m256i x, __m256i /*x_offset*/) const {
+    const __m256i pairs = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(x, sign));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  }
+};
+
+template <>
+struct WeightBlock<DType::Q4_0> {
+  __m256i nibbles;  // values 0..15: bytes 0-15 from the low nibbles, 16-31 from the high ones
+  EMBER_AVX2_INLINE WeightBlock(const uint8_t* row, int64_t b, float* d) {
     const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
     *d = _cvtsh_ss(blk->d);
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-    const __m128i low_mask = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_and_si128(packed, low_mask);                     // values 0..15
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);  // values 16..31
-    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+    const __m256i both =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
+    nibbles = _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)),
+                               _mm256_set1_epi8(0x0f));
   }
-}
+  // x_offset: 8 * sum(x) in lane 0, zeros elsewhere.
+  EMBER_AVX2_INLINE __m256i dot(__m256i x, __m256i x_offset) const {
+    const __m256i pairs = _mm256_maddubs_epi16(nibbles, x);
+    return _mm256_sub_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), x_offset);
+  }
+};
 
-// 8 int32 lanes summing to dot(w, x) over one block.
-EMBER_AVX2_INLINE __m256i block_dot(__m256i w_abs, __m256i w, __m256i x) {
-  const __m256i x_signed = _mm256_sign_epi8(x, w);
-  const __m256i pairs = _mm256_maddubs_epi16(w_abs, x_signed);
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
-
-// R rows x NT tokens; xq: NT rows of nb blocks; y[t * ldy + r].
+// R rows x NT tokens; xq: NT rows of nb blocks; y[t * ldy + r]. `prefetch` (decode) pulls the
+// next tile's rows into cache meanwhile (see avx2_prefetch.h).
 template <DType kDtype, int R, int NT>
 EMBER_AVX2 void tile(const BlockQ8Act* xq, int64_t nb, const uint8_t* w, int64_t row_bytes,
-                     float* y, int64_t ldy) {
+                     float* y, int64_t ldy, LinePrefetcher* prefetch) {
   __m256 acc[R][NT];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -52,22 +69,24 @@ EMBER_AVX2 void tile(const BlockQ8Act* xq, int64_t nb, const uint8_t* w, int64_t
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i xv[NT];
+    if (prefetch != nullptr) prefetch->step();
+    __m256i xv[NT], x_offset[NT];
     float dx[NT];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
       const BlockQ8Act& xb = xq[t * nb + b];
       xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+      x_offset[t] = kDtype == DType::Q4_0 ? _mm256_zextsi128_si256(_mm_cvtsi32_si128(8 * xb.sum))
+                                          : _mm256_setzero_si256();
       dx[t] = xb.d;
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       float dw;
-      const __m256i wv = load_weights<kDtype>(w + r * row_bytes, b, &dw);
-      const __m256i w_abs = _mm256_sign_epi8(wv, wv);
+      const WeightBlock<kDtype> wb(w + r * row_bytes, b, &dw);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
-        const __m256 dot = _mm256_cvtepi32_ps(block_dot(w_abs, wv, xv[t]));
+        const __m256 dot = _mm256_cvtepi32_ps(wb.dot(xv[t], x_offset[t]));
         acc[r][t] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
       }
     }
@@ -84,19 +103,19 @@ EMBER_AVX2_INLINE void tile_tokens(const BlockQ8Act* xq, int nt, int64_t nb, con
                                    int64_t row_bytes, float* y, int64_t ldy) {
   switch (nt) {
     case 1:
-      tile<kDtype, R, 1>(xq, nb, w, row_bytes, y, ldy);
+      tile<kDtype, R, 1>(xq, nb, w, row_bytes, y, ldy, nullptr);
       break;
     case 2:
-      tile<kDtype, R, 2>(xq, nb, w, row_bytes, y, ldy);
+      tile<kDtype, R, 2>(xq, nb, w, row_bytes, y, ldy, nullptr);
       break;
     default:
-      tile<kDtype, R, 3>(xq, nb, w, row_bytes, y, ldy);
+      tile<kDtype, R, 3>(xq, nb, w, row_bytes, y, ldy, nullptr);
       break;
   }
 }
 
-// T = 1: 4 rows per tile. T > 1: 4 rows x 3 tokens, token blocks of 48 so a tile's activations
-// stay in L1 while its rows stream.
+// T = 1: 4 rows per tile, the next 4 prefetched meanwhile. T > 1: 4 rows x 3 tokens, token blocks
+// of 48 so a tile's activations stay in L1 while its rows stream.
 template <DType kDtype>
 EMBER_AVX2 void matmul_q8_dtype(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
                                 int64_t ldy, int64_t row_begin, int64_t row_end) {
@@ -104,6 +123,16 @@ EMBER_AVX2 void matmul_q8_dtype(const BlockQ8Act* xq, int64_t T, const WeightMat
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t rb = w.row_bytes;
   constexpr int R = 4, NT = 3;
+  if (T == 1) {
+    int64_t n = row_begin;
+    for (; n + R <= row_end; n += R) {
+      const int64_t next_end = std::min(row_end, n + 2 * R);
+      LinePrefetcher prefetch(base + (n + R) * rb, base + next_end * rb, nb);
+      tile<kDtype, R, 1>(xq, nb, base + n * rb, rb, y + n, ldy, &prefetch);
+    }
+    for (; n < row_end; ++n) tile<kDtype, 1, 1>(xq, nb, base + n * rb, rb, y + n, ldy, nullptr);
+    return;
+  }
   constexpr int64_t kTokenBlock = 48;
   for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
     const int64_t t1 = std::min(T, t0 + kTokenBlock);

@@ -154,7 +154,13 @@ void dequantize_row(const WeightMatrix& table_w, int64_t row, float* out) {
 
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
                int64_t ctx_len, float scale, float* out) {
-  table().attention(q, n_heads, kv, block_table, ctx_len, scale, out);
+  table().attention(q, n_heads, kv, block_table, ctx_len, scale, out, 0, kv.n_kv_heads);
+}
+
+void attention_kv_heads(const float* q, int64_t n_heads, const PagedKv& kv,
+                        const int32_t* block_table, int64_t ctx_len, float scale, float* out,
+                        int64_t kv_head_begin, int64_t kv_head_end) {
+  table().attention(q, n_heads, kv, block_table, ctx_len, scale, out, kv_head_begin, kv_head_end);
 }
 
 }  // namespace ember::cpu

@@ -34,7 +34,7 @@ struct WeightMatrix {
 // result does not depend on how many tokens share the step.
 struct BlockQ8Act {
   float d;
-  int32_t sum;  // sum of qs (unused by q8_0 x q8 dots; kept for kernels that need it)
+  int32_t sum;  // sum of qs (the q4_0 kernels subtract 8 * sum for the nibble offset)
   int8_t qs[32];
 };
 
@@ -89,5 +89,12 @@ struct PagedKv {
 // K/V blocks with an online softmax; `scale` is usually 1/sqrt(head_dim).
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
                int64_t ctx_len, float scale, float* out);
+
+// attention() for only the query heads that share kv heads [kv_head_begin, kv_head_end) (q and out
+// still span all n_heads; other heads' outputs are left alone), so one token's heads can be split
+// across threads. Each head's output is the same bits as in the whole call.
+void attention_kv_heads(const float* q, int64_t n_heads, const PagedKv& kv,
+                        const int32_t* block_table, int64_t ctx_len, float scale, float* out,
+                        int64_t kv_head_begin, int64_t kv_head_end);
 
 }  // namespace ember::cpu

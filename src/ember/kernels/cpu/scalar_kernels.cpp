@@ -107,12 +107,13 @@ void add_inplace(float* y, const float* x, int64_t n) {
 // One pass over the context per query head with an online softmax: running max m, running
 // denominator l and an unnormalised output accumulator acc [head_dim], rescaled when m grows.
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-               int64_t ctx_len, float scale, float* out) {
+               int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
+               int64_t kv_head_end) {
   thread_local std::vector<float> acc_buf;
   const int64_t hd = kv.head_dim;
   const int64_t group = n_heads / kv.n_kv_heads;
   float* acc = scratch(acc_buf, hd);
-  for (int64_t h = 0; h < n_heads; ++h) {
+  for (int64_t h = kv_head_begin * group; h < kv_head_end * group; ++h) {
     const int64_t g = h / group;
     const float* qh = q + h * hd;
     float m = -INFINITY, l = 0.0f;

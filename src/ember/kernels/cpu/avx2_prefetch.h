@@ -1,0 +1,40 @@
+// Software prefetch for the decode GEMVs. A GEMV tile reads R weight rows side by side, i.e. R
+// short streams (a SmolLM2 bf16 row is 1152 bytes); the hardware prefetcher does not run far
+// enough ahead of such streams, so a single core reached only ~60% of the bandwidth it gets on one
+// long stream. While a tile computes, LinePrefetcher pulls the NEXT tile's bytes [begin, end) into
+// cache, spread evenly over the tile's `steps` loop iterations so the requests never queue up.
+// Measured on the SmolLM2 lm_head shape (2 threads, bf16): 11.5 -> 15.5 GB/s.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "ember/kernels/cpu/avx2_util.h"
+
+namespace ember::cpu::avx2 {
+
+class LinePrefetcher {
+ public:
+  static constexpr int64_t kLine = 64;
+
+  EMBER_AVX2_INLINE LinePrefetcher(const uint8_t* begin, const uint8_t* end, int64_t steps)
+      : next_(reinterpret_cast<const char*>(begin)), end_(reinterpret_cast<const char*>(end)) {
+    const int64_t lines = end > begin ? (end - begin + kLine - 1) / kLine : 0;
+    lines_per_step_ = steps > 0 ? (lines + steps - 1) / steps : lines;
+  }
+
+  // Issues the next lines_per_step_ prefetches (none once the span is covered).
+  EMBER_AVX2_INLINE void step() {
+    for (int64_t i = 0; i < lines_per_step_ && next_ < end_; ++i, next_ += kLine) {
+      _mm_prefetch(next_, _MM_HINT_T0);
+    }
+  }
+
+ private:
+  const char* next_;
+  const char* end_;
+  int64_t lines_per_step_ = 0;
+};
+
+}  // namespace ember::cpu::avx2
