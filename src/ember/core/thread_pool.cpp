@@ -22,14 +22,10 @@ namespace {
 // kernels of one forward step, short enough not to burn a core between requests.
 constexpr auto kSpin = std::chrono::microseconds(100);
 
-// [begin, end) of chunk `index` when n items in units of `grain` are split over `parts` chunks.
-std::pair<int64_t, int64_t> chunk_range(int64_t n, int64_t grain, int parts, int index) {
-  int64_t units = (n + grain - 1) / grain;
-  int64_t per = units / parts, extra = units % parts;
-  int64_t first = index * per + std::min<int64_t>(index, extra);
-  int64_t count = per + (index < extra ? 1 : 0);
-  return {std::min(n, first * grain), std::min(n, (first + count) * grain)};
-}
+// Chunks per thread in one job: several, so a thread that starts late or runs slower (a noisy
+// neighbour, a core busy with the OS) leaves its remaining chunks to the others instead of
+// holding everyone at the end of the region; few, so the shared counter stays cheap.
+constexpr int64_t kChunksPerThread = 4;
 
 // Spins until pred() holds or kSpin has passed; returns pred().
 template <typename Pred>
@@ -69,6 +65,9 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
+  const int64_t units = (n + grain - 1) / grain;
+  job_chunks_ = std::min<int64_t>(units, n_threads_ * kChunksPerThread);
+  next_chunk_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
     // Under the mutex so a worker about to sleep cannot miss the bump.
@@ -76,8 +75,7 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  auto [b, e] = chunk_range(n, grain, n_threads_, 0);
-  if (b < e) fn(b, e, 0);
+  run_chunks(0);
   if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
@@ -98,12 +96,23 @@ void ThreadPool::worker_loop(int index) {
     }
     if (stopping_.load()) return;
     seen = generation_.load(std::memory_order_acquire);
-    auto [b, e] = chunk_range(job_n_, job_grain_, n_threads_, index);
-    if (b < e) (*job_)(b, e, index);
+    run_chunks(index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mutex_);
       done_.notify_one();
     }
+  }
+}
+
+void ThreadPool::run_chunks(int thread_index) {
+  // Chunk c covers units [c * units / chunks, (c + 1) * units / chunks), in units of grain.
+  const int64_t units = (job_n_ + job_grain_ - 1) / job_grain_;
+  for (;;) {
+    const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= job_chunks_) return;
+    const int64_t begin = c * units / job_chunks_ * job_grain_;
+    const int64_t end = std::min(job_n_, (c + 1) * units / job_chunks_ * job_grain_);
+    if (begin < end) (*job_)(begin, end, thread_index);
   }
 }
 

@@ -1,5 +1,6 @@
-// A persistent pool of worker threads for data-parallel kernels: parallel_for splits [0, n) into
-// one contiguous range per thread and runs them at once, the calling thread taking the first.
+// A persistent pool of worker threads for data-parallel kernels: parallel_for splits [0, n) into a
+// few contiguous chunks per thread, which the threads (the calling one included) take from a
+// shared counter, so a slow or late thread does not hold up the others.
 // Threads are created once; between jobs a worker spins briefly on an atomic before sleeping, so
 // the ~150 parallel regions of one decode step cost a cache-line ping, not a futex wake-up each.
 #pragma once
@@ -25,8 +26,9 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   // Calls fn(begin, end, thread_index) for every non-empty chunk of [0, n). Chunk boundaries are
-  // multiples of `grain` (except the last), so callers can keep SIMD tiles whole. Blocks until all
-  // chunks are done. Not re-entrant: do not call parallel_for from inside fn.
+  // multiples of `grain` (except the last), so callers can keep SIMD tiles whole. Which thread runs
+  // which chunk varies from call to call. Blocks until all chunks are done. Not re-entrant: do not
+  // call parallel_for from inside fn.
   using RangeFn = std::function<void(int64_t begin, int64_t end, int thread_index)>;
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
 
@@ -35,6 +37,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  void run_chunks(int thread_index);  // takes chunks of the current job until none are left
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -48,6 +51,8 @@ class ThreadPool {
   const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 1;
+  int64_t job_chunks_ = 0;
+  alignas(64) std::atomic<int64_t> next_chunk_{0};  // own cache line: every thread bumps it
 };
 
 }  // namespace ember

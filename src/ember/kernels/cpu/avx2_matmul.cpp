@@ -196,8 +196,7 @@ EMBER_AVX2 void matmul_dtype(const float* x, int64_t T, const WeightMatrix& w, f
     constexpr int64_t kStep = kDtype == DType::BF16 ? 16 : 8;
     const int64_t steps = (K + kStep - 1) / kStep;
     for (; n + R <= row_end; n += R) {
-      const int64_t next_end = std::min(row_end, n + 2 * R);
-      LinePrefetcher prefetch(base + (n + R) * rb, base + next_end * rb, steps);
+      auto prefetch = LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, steps);
       tile<kDtype, R, 1>(x, ldx, K, base + n * rb, rb, y + n, ldy, &prefetch);
     }
     for (; n < row_end; ++n) tile<kDtype, 1, 1>(x, ldx, K, base + n * rb, rb, y + n, ldy, nullptr);

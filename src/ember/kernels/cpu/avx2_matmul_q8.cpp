@@ -126,8 +126,7 @@ EMBER_AVX2 void matmul_q8_dtype(const BlockQ8Act* xq, int64_t T, const WeightMat
   if (T == 1) {
     int64_t n = row_begin;
     for (; n + R <= row_end; n += R) {
-      const int64_t next_end = std::min(row_end, n + 2 * R);
-      LinePrefetcher prefetch(base + (n + R) * rb, base + next_end * rb, nb);
+      auto prefetch = LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, nb);
       tile<kDtype, R, 1>(xq, nb, base + n * rb, rb, y + n, ldy, &prefetch);
     }
     for (; n < row_end; ++n) tile<kDtype, 1, 1>(xq, nb, base + n * rb, rb, y + n, ldy, nullptr);
