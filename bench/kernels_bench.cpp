@@ -58,7 +58,7 @@ void BM_Matmul(benchmark::State& state) {
 void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (DType d : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
     for (auto [K, N] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {576, 49152}}) {
-      for (int64_t T : {1, 64}) b->Args({static_cast<int64_t>(d), K, N, T});
+      for (int64_t T : {1, 4, 32, 64}) b->Args({static_cast<int64_t>(d), K, N, T});
     }
   }
   b->ArgNames({"dtype", "K", "N", "T"});

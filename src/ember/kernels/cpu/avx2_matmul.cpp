@@ -156,30 +156,133 @@ EMBER_AVX2_INLINE void tile(const float* x, int64_t ldx, int64_t K, const uint8_
   }
 }
 
-// Tokens [t, t + nt) (nt in 1..3) against rows [n, n + R).
-template <DType kDtype, int R>
-EMBER_AVX2_INLINE void tile_tokens(const float* x, int nt, int64_t ldx, int64_t K, const uint8_t* w,
-                                   int64_t row_bytes, float* y, int64_t ldy) {
-  if (nt == 1) {
-    tile<kDtype, R, 1>(x, ldx, K, w, row_bytes, y, ldy, nullptr);
-  } else if (nt == 2) {
-    tile<kDtype, R, 2>(x, ldx, K, w, row_bytes, y, ldy, nullptr);
-  } else {
-    tile<kDtype, R, 3>(x, ldx, K, w, row_bytes, y, ldy, nullptr);
+// --- T > 1: row panels converted to f32 once, then f32 tiles ---------------------------------
+
+// Rows [0, rows) of a panel as f32 in the order the T = 1 kernel multiplies them, row i at
+// out + i * ldw: f16 widened in place; bf16 as per-16 chunks of 8 even then 8 odd values, zero-
+// padded to ldw = K rounded up to 16 (matching the de-interleaved activations). Running the plain
+// f32 tile over this gives every output the same FMA sequence as the T = 1 kernel, so results stay
+// bit-identical across T.
+template <DType kDtype>
+EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t K,
+                              float* out, int64_t ldw) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* row = w + i * row_bytes;
+    float* o = out + i * ldw;
+    if constexpr (kDtype == DType::BF16) {
+      for (int64_t k = 0; k < K; k += 16) {
+        __m256 even, odd;
+        load16_bf16(row, k, K, &even, &odd);
+        _mm256_storeu_ps(o + k, even);
+        _mm256_storeu_ps(o + k + 8, odd);
+      }
+    } else {
+      int64_t k = 0;
+      for (; k + 8 <= K; k += 8) _mm256_storeu_ps(o + k, load8_f16(row, k));
+      if (k < K) _mm256_maskstore_ps(o + k, tail_mask(K - k), load_tail(kDtype, row, k, K - k));
+    }
   }
 }
 
-// Decode (T = 1): 8 rows at a time give 8 independent FMA chains to cover the FMA latency, and
-// the next 8 rows are prefetched meanwhile (the hardware prefetcher alone leaves the memory bus
-// idle at each new tile). Prefill (T > 1): 4 rows x 3 tokens (12 accumulators + 3 activations +
-// 1 weight vector = 16 ymm registers) over token blocks of 64, so a tile's rows (a few KiB) stay
-// in L1 while the block's activations (<= 64 x 6 KiB) stay in L2.
+// T > 4: panels of 24 weight rows. f16/bf16 panels are converted to f32 once per token block and
+// then serve all its tokens from L1/L2 (the conversion is paid once per >= 5 tokens); f32 rows are
+// used in place. The next panel is prefetched while the first token group runs. Token blocks keep
+// the activations of one block within ~128 KiB (L2) however long K is.
+template <DType kDtype>
+EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const WeightMatrix& w,
+                              float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+  constexpr int64_t kPanel = 24;
+  const int64_t K = w.n_cols;
+  const int64_t Kp = ldx;  // K, or K rounded up to 16 for bf16
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t rb = w.row_bytes;
+  thread_local std::vector<float> panel_buf;
+  if constexpr (kDtype != DType::F32) {
+    if (static_cast<int64_t>(panel_buf.size()) < kPanel * Kp) {
+      panel_buf.resize(static_cast<size_t>(kPanel * Kp));
+    }
+  }
+  // A multiple of 3 tokens whose activations fit ~128 KiB (L2).
+  const int64_t token_block = std::clamp<int64_t>((128 * 1024 / (4 * Kp)) / 3 * 3, 3, 63);
+  for (int64_t t0 = 0; t0 < T; t0 += token_block) {
+    const int64_t t1 = std::min(T, t0 + token_block);
+    for (int64_t p = row_begin; p < row_end; p += kPanel) {
+      const int64_t rows = std::min(kPanel, row_end - p);
+      const float* pw;
+      int64_t ldw;
+      if constexpr (kDtype == DType::F32) {
+        pw = reinterpret_cast<const float*>(base + p * rb);
+        ldw = rb / static_cast<int64_t>(sizeof(float));
+      } else {
+        convert_panel<kDtype>(base + p * rb, rb, rows, K, panel_buf.data(), Kp);
+        pw = panel_buf.data();
+        ldw = Kp;
+      }
+      const int64_t next = std::min(row_end, p + kPanel);
+      LinePrefetcher prefetch(base + next * rb, base + std::min(row_end, next + kPanel) * rb,
+                              rows * ((Kp + 7) / 8) / 4);
+      // Each 4-row tile (<= 24 KiB) stays in L1 while all token groups pass it.
+      const auto* pwb = reinterpret_cast<const uint8_t*>(pw);
+      const int64_t prb = ldw * static_cast<int64_t>(sizeof(float));
+      int64_t n = 0;
+      for (; n + 4 <= rows; n += 4) {
+        for (int64_t t = t0; t < t1; t += 3) {
+          const int nt = static_cast<int>(std::min<int64_t>(3, t1 - t));
+          float* yt = y + t * ldy + p + n;
+          const float* xt = x + t * ldx;
+          LinePrefetcher* pf = t == t0 ? &prefetch : nullptr;
+          if (nt == 3) {
+            tile_f32_f16<DType::F32, 4, 3>(xt, ldx, Kp, pwb + n * prb, prb, yt, ldy, pf);
+          } else if (nt == 2) {
+            tile_f32_f16<DType::F32, 4, 2>(xt, ldx, Kp, pwb + n * prb, prb, yt, ldy, pf);
+          } else {
+            tile_f32_f16<DType::F32, 4, 1>(xt, ldx, Kp, pwb + n * prb, prb, yt, ldy, pf);
+          }
+        }
+      }
+      for (; n < rows; ++n) {
+        for (int64_t t = t0; t < t1; t += 3) {
+          const int nt = static_cast<int>(std::min<int64_t>(3, t1 - t));
+          float* yt = y + t * ldy + p + n;
+          const float* xt = x + t * ldx;
+          if (nt == 3) {
+            tile_f32_f16<DType::F32, 1, 3>(xt, ldx, Kp, pwb + n * prb, prb, yt, ldy, nullptr);
+          } else if (nt == 2) {
+            tile_f32_f16<DType::F32, 1, 2>(xt, ldx, Kp, pwb + n * prb, prb, yt, ldy, nullptr);
+          } else {
+            tile_f32_f16<DType::F32, 1, 1>(xt, ldx, Kp, pwb + n * prb, prb, yt, ldy, nullptr);
+          }
+        }
+      }
+    }
+  }
+}
+
+// T <= 4 (decode, batched decode: memory-bound): every token at once against R(T) raw weight rows
+// (8 x 1, 6 x 2, 4 x 3, 3 x 4: 8 to 12 independent FMA chains to cover the FMA latency), so each
+// weight is read and converted once, while memory a few KiB ahead is prefetched (the hardware
+// prefetcher alone leaves the bus idle at each new tile).
+template <DType kDtype, int NT>
+EMBER_AVX2 void matmul_few_tokens(const float* x, int64_t ldx, const WeightMatrix& w, float* y,
+                                  int64_t ldy, int64_t row_begin, int64_t row_end) {
+  constexpr int R = NT == 1 ? 8 : NT == 2 ? 6 : NT == 3 ? 4 : 3;
+  const int64_t K = w.n_cols;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t rb = w.row_bytes;
+  constexpr int64_t kStep = kDtype == DType::BF16 ? 16 : 8;
+  const int64_t steps = (K + kStep - 1) / kStep;
+  int64_t n = row_begin;
+  for (; n + R <= row_end; n += R) {
+    auto prefetch = LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, steps);
+    tile<kDtype, R, NT>(x, ldx, K, base + n * rb, rb, y + n, ldy, &prefetch);
+  }
+  for (; n < row_end; ++n) tile<kDtype, 1, NT>(x, ldx, K, base + n * rb, rb, y + n, ldy, nullptr);
+}
+
 template <DType kDtype>
 EMBER_AVX2 void matmul_dtype(const float* x, int64_t T, const WeightMatrix& w, float* y,
                              int64_t ldy, int64_t row_begin, int64_t row_end) {
   const int64_t K = w.n_cols;
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  const int64_t rb = w.row_bytes;
   int64_t ldx = K;
   if constexpr (kDtype == DType::BF16) {
     thread_local std::vector<float> deinterleaved;
@@ -190,34 +293,17 @@ EMBER_AVX2 void matmul_dtype(const float* x, int64_t T, const WeightMatrix& w, f
     deinterleave_activations(x, T, K, deinterleaved.data());
     x = deinterleaved.data();
   }
-  int64_t n = row_begin;
-  if (T == 1) {
-    constexpr int R = 8;
-    constexpr int64_t kStep = kDtype == DType::BF16 ? 16 : 8;
-    const int64_t steps = (K + kStep - 1) / kStep;
-    for (; n + R <= row_end; n += R) {
-      auto prefetch = LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, steps);
-      tile<kDtype, R, 1>(x, ldx, K, base + n * rb, rb, y + n, ldy, &prefetch);
-    }
-    for (; n < row_end; ++n) tile<kDtype, 1, 1>(x, ldx, K, base + n * rb, rb, y + n, ldy, nullptr);
-    return;
-  }
-  constexpr int R = 4, NT = 3;
-  constexpr int64_t kTokenBlock = 64;
-  for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
-    const int64_t t1 = std::min(T, t0 + kTokenBlock);
-    for (n = row_begin; n + R <= row_end; n += R) {
-      for (int64_t t = t0; t < t1; t += NT) {
-        const int nt = static_cast<int>(std::min<int64_t>(NT, t1 - t));
-        tile_tokens<kDtype, R>(x + t * ldx, nt, ldx, K, base + n * rb, rb, y + t * ldy + n, ldy);
-      }
-    }
-    for (; n < row_end; ++n) {
-      for (int64_t t = t0; t < t1; t += NT) {
-        const int nt = static_cast<int>(std::min<int64_t>(NT, t1 - t));
-        tile_tokens<kDtype, 1>(x + t * ldx, nt, ldx, K, base + n * rb, rb, y + t * ldy + n, ldy);
-      }
-    }
+  switch (T) {
+    case 1:
+      return matmul_few_tokens<kDtype, 1>(x, ldx, w, y, ldy, row_begin, row_end);
+    case 2:
+      return matmul_few_tokens<kDtype, 2>(x, ldx, w, y, ldy, row_begin, row_end);
+    case 3:
+      return matmul_few_tokens<kDtype, 3>(x, ldx, w, y, ldy, row_begin, row_end);
+    case 4:
+      return matmul_few_tokens<kDtype, 4>(x, ldx, w, y, ldy, row_begin, row_end);
+    default:
+      return matmul_panels<kDtype>(x, ldx, T, w, y, ldy, row_begin, row_end);
   }
 }
 

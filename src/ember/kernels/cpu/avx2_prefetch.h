@@ -37,11 +37,12 @@ class LinePrefetcher {
     return LinePrefetcher(begin, end, steps);
   }
 
-  // Issues the next lines_per_step_ prefetches (none once the span is covered).
+  // Issues the next lines_per_step_ prefetches. One branch per call; the last call may run up to
+  // lines_per_step_ - 1 lines past end_, which is harmless (a prefetch never faults).
   EMBER_AVX2_INLINE void step() {
-    for (int64_t i = 0; i < lines_per_step_ && next_ < end_; ++i, next_ += kLine) {
-      _mm_prefetch(next_, _MM_HINT_T0);
-    }
+    if (next_ >= end_) return;
+    for (int64_t i = 0; i < lines_per_step_; ++i) _mm_prefetch(next_ + i * kLine, _MM_HINT_T0);
+    next_ += lines_per_step_ * kLine;
   }
 
  private:
