@@ -184,10 +184,11 @@ EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows,
   }
 }
 
-// T > 4: panels of 24 weight rows. f16/bf16 panels are converted to f32 once per token block and
-// then serve all its tokens from L1/L2 (the conversion is paid once per >= 5 tokens); f32 rows are
-// used in place. The next panel is prefetched while the first token group runs. Token blocks keep
-// the activations of one block within ~128 KiB (L2) however long K is.
+// T > 4: panels of 24 weight rows. f16/bf16 panels are converted to f32 once per call and then
+// serve all T tokens from L2 (the conversion is paid once per >= 5 tokens); f32 rows are used in
+// place. The next panel is prefetched while the first token group runs. Within a panel, token
+// blocks keep the activations in use within ~128 KiB (L2) however long K is, and each 4-row tile
+// stays in L1 while all token groups of the block pass it.
 template <DType kDtype>
 EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const WeightMatrix& w,
                               float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
@@ -204,23 +205,23 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
   }
   // A multiple of 3 tokens whose activations fit ~128 KiB (L2).
   const int64_t token_block = std::clamp<int64_t>((128 * 1024 / (4 * Kp)) / 3 * 3, 3, 63);
-  for (int64_t t0 = 0; t0 < T; t0 += token_block) {
-    const int64_t t1 = std::min(T, t0 + token_block);
-    for (int64_t p = row_begin; p < row_end; p += kPanel) {
-      const int64_t rows = std::min(kPanel, row_end - p);
-      const float* pw;
-      int64_t ldw;
-      if constexpr (kDtype == DType::F32) {
-        pw = reinterpret_cast<const float*>(base + p * rb);
-        ldw = rb / static_cast<int64_t>(sizeof(float));
-      } else {
-        convert_panel<kDtype>(base + p * rb, rb, rows, K, panel_buf.data(), Kp);
-        pw = panel_buf.data();
-        ldw = Kp;
-      }
-      const int64_t next = std::min(row_end, p + kPanel);
-      LinePrefetcher prefetch(base + next * rb, base + std::min(row_end, next + kPanel) * rb,
-                              rows * ((Kp + 7) / 8) / 4);
+  for (int64_t p = row_begin; p < row_end; p += kPanel) {
+    const int64_t rows = std::min(kPanel, row_end - p);
+    const float* pw;
+    int64_t ldw;
+    if constexpr (kDtype == DType::F32) {
+      pw = reinterpret_cast<const float*>(base + p * rb);
+      ldw = rb / static_cast<int64_t>(sizeof(float));
+    } else {
+      convert_panel<kDtype>(base + p * rb, rb, rows, K, panel_buf.data(), Kp);
+      pw = panel_buf.data();
+      ldw = Kp;
+    }
+    const int64_t next = std::min(row_end, p + kPanel);
+    LinePrefetcher prefetch(base + next * rb, base + std::min(row_end, next + kPanel) * rb,
+                            rows * ((Kp + 7) / 8) / 4);
+    for (int64_t t0 = 0; t0 < T; t0 += token_block) {
+      const int64_t t1 = std::min(T, t0 + token_block);
       // Each 4-row tile (<= 24 KiB) stays in L1 while all token groups pass it.
       const auto* pwb = reinterpret_cast<const uint8_t*>(pw);
       const int64_t prb = ldw * static_cast<int64_t>(sizeof(float));
@@ -230,7 +231,7 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
           const int nt = static_cast<int>(std::min<int64_t>(3, t1 - t));
           float* yt = y + t * ldy + p + n;
           const float* xt = x + t * ldx;
-          LinePrefetcher* pf = t == t0 ? &prefetch : nullptr;
+          LinePrefetcher* pf = t == 0 ? &prefetch : nullptr;
           if (nt == 3) {
             tile_f32_f16<DType::F32, 4, 3>(xt, ldx, Kp, pwb + n * prb, prb, yt, ldy, pf);
           } else if (nt == 2) {
