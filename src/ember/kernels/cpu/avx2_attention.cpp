@@ -42,6 +42,91 @@ EMBER_AVX2_INLINE float dot(const float* q, const float* k, int64_t hd, __m256i 
   return hsum(_mm256_add_ps(a0, a1));
 }
 
+// q . k_i for 4 keys at once: one accumulator per key, then a reduction of all four together
+// (hadd tree) instead of four separate horizontal sums. Returns the 4 dot products.
+EMBER_AVX2_INLINE __m128 dot4(const float* q, const float* k, int64_t stride, int64_t hd,
+                              __m256i mask) {
+  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                 _mm256_setzero_ps()};
+  int64_t d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i * stride + d), a[i]);
+  }
+  if (d < hd) {
+    const __m256 qv = _mm256_maskload_ps(q + d, mask);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      a[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * stride + d, mask), a[i]);
+    }
+  }
+  // hadd(a0, a1) = [a0 pairs, a1 pairs] per 128-bit lane; two levels give, per lane half, the
+  // four partial sums in order; adding the halves completes them.
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// acc[0, NV * 8) += sum_i p[i] * v_i[0, NV * 8) over n rows v_i = v + i * stride, with the
+// accumulator held in registers for the whole block (one load and one store per block instead of
+// one per key). `mask` covers the valid lanes of the last vector (hd not a multiple of 8), so no
+// V row is read past its end.
+template <int NV>
+EMBER_AVX2_INLINE void accumulate_pv(float* acc, const float* p, const float* v, int64_t stride,
+                                     int64_t n, __m256i mask, bool masked_tail) {
+  __m256 a[NV];
+#pragma GCC unroll 8
+  for (int c = 0; c < NV; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
+  for (int64_t i = 0; i < n; ++i) {
+    const __m256 pv = _mm256_set1_ps(p[i]);
+    const float* vi = v + i * stride;
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) {
+      const __m256 vv = (c == NV - 1 && masked_tail) ? _mm256_maskload_ps(vi + 8 * c, mask)
+                                                     : _mm256_loadu_ps(vi + 8 * c);
+      a[c] = _mm256_fmadd_ps(pv, vv, a[c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
+}
+
+// accumulate_pv over any head_dim: chunks of up to 8 vectors.
+EMBER_AVX2_INLINE void accumulate_pv_any(float* acc, const float* p, const float* v, int64_t stride,
+                                         int64_t n, int64_t hd, __m256i mask) {
+  for (int64_t d = 0; d < hd; d += 64) {
+    const int64_t nv = std::min<int64_t>(8, (hd - d + 7) / 8);
+    const bool tail = d + nv * 8 > hd;
+    switch (nv) {
+      case 8:
+        accumulate_pv<8>(acc + d, p, v + d, stride, n, mask, tail);
+        break;
+      case 7:
+        accumulate_pv<7>(acc + d, p, v + d, stride, n, mask, tail);
+        break;
+      case 6:
+        accumulate_pv<6>(acc + d, p, v + d, stride, n, mask, tail);
+        break;
+      case 5:
+        accumulate_pv<5>(acc + d, p, v + d, stride, n, mask, tail);
+        break;
+      case 4:
+        accumulate_pv<4>(acc + d, p, v + d, stride, n, mask, tail);
+        break;
+      case 3:
+        accumulate_pv<3>(acc + d, p, v + d, stride, n, mask, tail);
+        break;
+      case 2:
+        accumulate_pv<2>(acc + d, p, v + d, stride, n, mask, tail);
+        break;
+      default:
+        accumulate_pv<1>(acc + d, p, v + d, stride, n, mask, tail);
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 // q: [n_heads, head_dim]; out: [n_heads, head_dim]; K/V read through block_table. Only the query
@@ -85,9 +170,13 @@ EMBER_AVX2 void attention(const float* q, int64_t n_heads, const PagedKv& kv,
       // Scores for the block; padding lanes are -inf so that exp() makes them 0.
       for (int64_t j = 0; j < group; ++j) {
         float* s = scores + j * bs_pad;
-        for (int64_t i = 0; i < n; ++i)
-          s[i] = dot(qg + j * hd, kb + i * row_stride, hd, hd_mask) * scale;
-        for (int64_t i = n; i < bs_pad; ++i) s[i] = -INFINITY;
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+          const __m128 d4 = dot4(qg + j * hd, kb + i * row_stride, row_stride, hd, hd_mask);
+          _mm_storeu_ps(s + i, _mm_mul_ps(d4, _mm_set1_ps(scale)));
+        }
+        for (; i < n; ++i) s[i] = dot(qg + j * hd, kb + i * row_stride, hd, hd_mask) * scale;
+        for (; i < bs_pad; ++i) s[i] = -INFINITY;
       }
       for (int64_t j = 0; j < group; ++j) {
         float* s = scores + j * bs_pad;
@@ -110,26 +199,9 @@ EMBER_AVX2 void attention(const float* q, int64_t n_heads, const PagedKv& kv,
         for (int64_t d = 0; d < hd_pad; d += 8)
           _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
       }
-      // acc[j] += sum_i p[j][i] * v_i: each V row is loaded once for the whole group.
-      for (int64_t i = 0; i < n; ++i) {
-        const float* v = vb + i * row_stride;
-        int64_t d = 0;
-        for (; d + 8 <= hd; d += 8) {
-          const __m256 vv = _mm256_loadu_ps(v + d);
-          for (int64_t j = 0; j < group; ++j) {
-            float* a = acc + j * hd_pad + d;
-            _mm256_storeu_ps(
-                a, _mm256_fmadd_ps(_mm256_set1_ps(scores[j * bs_pad + i]), vv, _mm256_loadu_ps(a)));
-          }
-        }
-        if (d < hd) {
-          const __m256 vv = _mm256_maskload_ps(v + d, hd_mask);
-          for (int64_t j = 0; j < group; ++j) {
-            float* a = acc + j * hd_pad + d;
-            _mm256_storeu_ps(
-                a, _mm256_fmadd_ps(_mm256_set1_ps(scores[j * bs_pad + i]), vv, _mm256_loadu_ps(a)));
-          }
-        }
+      // acc[j] += sum_i p[j][i] * v_i, acc[j] in registers across the block.
+      for (int64_t j = 0; j < group; ++j) {
+        accumulate_pv_any(acc + j * hd_pad, scores + j * bs_pad, vb, row_stride, n, hd, hd_mask);
       }
     }
     for (int64_t j = 0; j < group; ++j) {
