@@ -163,14 +163,20 @@ EMBER_AVX2_INLINE void tile(const float* x, int64_t ldx, int64_t K, const uint8_
 // padded to ldw = K rounded up to 16 (matching the de-interleaved activations). Running the plain
 // f32 tile over this gives every output the same FMA sequence as the T = 1 kernel, so results stay
 // bit-identical across T.
+// The raw rows are one contiguous span, read once: it is prefetched a few KiB ahead (up to
+// `limit`).
 template <DType kDtype>
 EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t K,
-                              float* out, int64_t ldw) {
+                              float* out, int64_t ldw, const uint8_t* limit) {
+  constexpr int64_t kStep = kDtype == DType::BF16 ? 16 : 8;
+  auto prefetch =
+      LinePrefetcher::ahead(w, rows * row_bytes, limit, rows * ((K + kStep - 1) / kStep));
   for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* row = w + i * row_bytes;
     float* o = out + i * ldw;
     if constexpr (kDtype == DType::BF16) {
       for (int64_t k = 0; k < K; k += 16) {
+        prefetch.step();
         __m256 even, odd;
         load16_bf16(row, k, K, &even, &odd);
         _mm256_storeu_ps(o + k, even);
@@ -178,7 +184,10 @@ EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows,
       }
     } else {
       int64_t k = 0;
-      for (; k + 8 <= K; k += 8) _mm256_storeu_ps(o + k, load8_f16(row, k));
+      for (; k + 8 <= K; k += 8) {
+        prefetch.step();
+        _mm256_storeu_ps(o + k, load8_f16(row, k));
+      }
       if (k < K) _mm256_maskstore_ps(o + k, tail_mask(K - k), load_tail(kDtype, row, k, K - k));
     }
   }
@@ -186,7 +195,7 @@ EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows,
 
 // T > 4: panels of 24 weight rows. f16/bf16 panels are converted to f32 once per call and then
 // serve all T tokens from L2 (the conversion is paid once per >= 5 tokens); f32 rows are used in
-// place. The next panel is prefetched while the first token group runs. Within a panel, token
+// place (prefetched a tile ahead on their first pass). Within a panel, token
 // blocks keep the activations in use within ~128 KiB (L2) however long K is, and each 4-row tile
 // stays in L1 while all token groups of the block pass it.
 template <DType kDtype>
@@ -213,13 +222,10 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
       pw = reinterpret_cast<const float*>(base + p * rb);
       ldw = rb / static_cast<int64_t>(sizeof(float));
     } else {
-      convert_panel<kDtype>(base + p * rb, rb, rows, K, panel_buf.data(), Kp);
+      convert_panel<kDtype>(base + p * rb, rb, rows, K, panel_buf.data(), Kp, base + row_end * rb);
       pw = panel_buf.data();
       ldw = Kp;
     }
-    const int64_t next = std::min(row_end, p + kPanel);
-    LinePrefetcher prefetch(base + next * rb, base + std::min(row_end, next + kPanel) * rb,
-                            rows * ((Kp + 7) / 8) / 4);
     for (int64_t t0 = 0; t0 < T; t0 += token_block) {
       const int64_t t1 = std::min(T, t0 + token_block);
       // Each 4-row tile (<= 24 KiB) stays in L1 while all token groups pass it.
@@ -227,11 +233,13 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
       const int64_t prb = ldw * static_cast<int64_t>(sizeof(float));
       int64_t n = 0;
       for (; n + 4 <= rows; n += 4) {
+        // f32 rows come straight from memory on the first pass: prefetch the next tile meanwhile.
+        auto prefetch = LinePrefetcher::ahead(pwb + n * prb, 4 * prb, base + row_end * rb, Kp / 8);
         for (int64_t t = t0; t < t1; t += 3) {
           const int nt = static_cast<int>(std::min<int64_t>(3, t1 - t));
           float* yt = y + t * ldy + p + n;
           const float* xt = x + t * ldx;
-          LinePrefetcher* pf = t == 0 ? &prefetch : nullptr;
+          LinePrefetcher* pf = kDtype == DType::F32 && t == 0 ? &prefetch : nullptr;
           if (nt == 3) {
             tile_f32_f16<DType::F32, 4, 3>(xt, ldx, Kp, pwb + n * prb, prb, yt, ldy, pf);
           } else if (nt == 2) {
