@@ -71,23 +71,26 @@ EMBER_AVX2 void tile(const BlockQ8Act* xq, int64_t nb, const uint8_t* w, int64_t
   for (int64_t b = 0; b < nb; ++b) {
     if (prefetch != nullptr) prefetch->step();
     __m256i xv[NT], x_offset[NT];
-    float dx[NT];
+    __m256 dx[NT];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
       const BlockQ8Act& xb = xq[t * nb + b];
       xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
       x_offset[t] = kDtype == DType::Q4_0 ? _mm256_zextsi128_si256(_mm_cvtsi32_si128(8 * xb.sum))
                                           : _mm256_setzero_si256();
-      dx[t] = xb.d;
+      dx[t] = _mm256_set1_ps(xb.d);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       float dw;
       const WeightBlock<kDtype> wb(w + r * row_bytes, b, &dw);
+      const __m256 dwv = _mm256_set1_ps(dw);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
+        // d_w * d_x as one vector multiply of two broadcasts (the same f32 product as the scalar
+        // one, so every T gives the same bits).
         const __m256 dot = _mm256_cvtepi32_ps(wb.dot(xv[t], x_offset[t]));
-        acc[r][t] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(dot, _mm256_mul_ps(dwv, dx[t]), acc[r][t]);
       }
     }
   }
