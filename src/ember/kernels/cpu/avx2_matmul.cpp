@@ -33,7 +33,7 @@ EMBER_AVX2_INLINE __m256 load8(const uint8_t* row, int64_t k) {
 }
 
 // x: NT tokens starting at x (leading dim ldx); w: R rows (row_bytes apart); y[t * ldy + r].
-// `prefetch` streams the next tile's rows into cache while this one computes (decode only).
+// `prefetch`, when given, pulls weights a few KiB ahead into cache while this tile computes.
 template <DType kDtype, int R, int NT>
 EMBER_AVX2 void tile_f32_f16(const float* x, int64_t ldx, int64_t K, const uint8_t* w,
                              int64_t row_bytes, float* y, int64_t ldy, LinePrefetcher* prefetch) {
@@ -170,7 +170,7 @@ EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows,
                               float* out, int64_t ldw, const uint8_t* limit) {
   constexpr int64_t kStep = kDtype == DType::BF16 ? 16 : 8;
   auto prefetch =
-      LinePrefetcher::ahead(w, rows * row_bytes, limit, rows * ((K + kStep - 1) / kStep));
+      LinePrefetcher::ahead(w, rows * row_bytes, limit, rows * ((K + kStep - 1) / kStep), true);
   for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* row = w + i * row_bytes;
     float* o = out + i * ldw;
@@ -234,7 +234,8 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
       int64_t n = 0;
       for (; n + 4 <= rows; n += 4) {
         // f32 rows come straight from memory on the first pass: prefetch the next tile meanwhile.
-        auto prefetch = LinePrefetcher::ahead(pwb + n * prb, 4 * prb, base + row_end * rb, Kp / 8);
+        auto prefetch = LinePrefetcher::ahead(pwb + n * prb, 4 * prb, base + row_end * rb, Kp / 8,
+                                              /*to_l2=*/true);
         for (int64_t t = t0; t < t1; t += 3) {
           const int nt = static_cast<int>(std::min<int64_t>(3, t1 - t));
           float* yt = y + t * ldy + p + n;
@@ -282,7 +283,8 @@ EMBER_AVX2 void matmul_few_tokens(const float* x, int64_t ldx, const WeightMatri
   const int64_t steps = (K + kStep - 1) / kStep;
   int64_t n = row_begin;
   for (; n + R <= row_end; n += R) {
-    auto prefetch = LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, steps);
+    auto prefetch = LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, steps,
+                                          /*to_l2=*/true);
     tile<kDtype, R, NT>(x, ldx, K, base + n * rb, rb, y + n, ldy, &prefetch);
   }
   for (; n < row_end; ++n) tile<kDtype, 1, NT>(x, ldx, K, base + n * rb, rb, y + n, ldy, nullptr);
