@@ -54,12 +54,12 @@ void expect_close_to_reference(const std::vector<float>& x, int64_t T, const Wei
 }
 
 TEST(KernelsMatmul, MatchesReferenceEveryDtypeAndIsa) {
-  const int64_t N = 37;  // odd: exercises the 8-row and 2-row tiles and their leftovers
+  const int64_t N = 37;  // odd: leftover rows after every tile and panel shape
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
     for (DType dtype : kAllDtypes) {
       for (int64_t K : test_ks(dtype)) {
-        for (int64_t T : {1, 3, 17}) {
+        for (int64_t T : {1, 3, 4, 17, 70}) {
           SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
                        " K=" + std::to_string(K) + " T=" + std::to_string(T));
           auto wv = random_floats(N * K, 1000 + static_cast<uint32_t>(K));
