@@ -141,5 +141,32 @@ TEST(KernelsAttention, KvHeadRangesMatchWholeCallBitExactly) {
   }
 }
 
+// A tile of consecutive query tokens (causal prefill) gives every token the bits of its own
+// single-token call, whatever the tile's length and first position.
+TEST(KernelsAttention, QueryTilesMatchSingleTokensBitExactly) {
+  const Case c{9, 3, 64, 16, 75};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    SCOPED_TRACE(isa_name(isa));
+    Pool p = make_pool(c, 21);
+    const int64_t qd = c.n_heads * c.head_dim;
+    for (int64_t first : {1, 15, 16, 40}) {
+      for (int64_t nt : {1, 2, 7, 8}) {
+        if (first + nt - 1 > c.ctx_len) continue;
+        auto q = random_floats(nt * qd, 22 + static_cast<uint32_t>(first));
+        std::vector<float> tiled(q.size()), single(q.size());
+        attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), first, 0.125f,
+                         tiled.data(), qd, 0, c.n_kv_heads);
+        for (int64_t u = 0; u < nt; ++u) {
+          attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), first + u, 0.125f,
+                    single.data() + u * qd);
+        }
+        EXPECT_EQ(std::memcmp(tiled.data(), single.data(), tiled.size() * 4), 0)
+            << "first " << first << " nt " << nt;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ember::cpu

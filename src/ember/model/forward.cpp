@@ -145,14 +145,28 @@ void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t
 
   cpu::PagedKv view = kv_pool_.layer_view(layer);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  // Work items are (token, kv head) pairs, so a single decode token's heads still split across
-  // threads; a chunk covers whole kv-head runs of consecutive tokens.
+  // Work items are (query tile, kv head): a tile is up to kAttentionTile consecutive tokens of one
+  // sequence, which read each K/V block once together; splitting by kv head lets even a single
+  // decode token's heads run on several threads.
+  constexpr int64_t kAttentionTile = 8;
+  attention_tiles_.clear();
+  for (int64_t t = 0; t < T;) {
+    int64_t e = t + 1;
+    while (e < T && e - t < kAttentionTile && token_seq_[e] == token_seq_[t] &&
+           positions_[e] == positions_[e - 1] + 1) {
+      ++e;
+    }
+    attention_tiles_.push_back({t, e - t});
+    t = e;
+  }
   const int64_t n_kv = c.n_kv_heads;
-  threads_.parallel_for(T * n_kv, [&](int64_t begin, int64_t end, int) {
+  const int64_t n_items = static_cast<int64_t>(attention_tiles_.size()) * n_kv;
+  threads_.parallel_for(n_items, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end;) {
-      const int64_t t = i / n_kv, g0 = i % n_kv, g1 = std::min(n_kv, g0 + (end - i));
-      cpu::attention_kv_heads(q_.data() + t * qd, c.n_heads, view, token_seq_[t]->block_table,
-                              positions_[t] + 1, scale, attn_.data() + t * qd, g0, g1);
+      const int64_t g0 = i % n_kv, g1 = std::min(n_kv, g0 + (end - i));
+      const auto [t, nt] = attention_tiles_[static_cast<size_t>(i / n_kv)];
+      cpu::attention_tokens(q_.data() + t * qd, nt, qd, c.n_heads, view, token_seq_[t]->block_table,
+                            positions_[t] + 1, scale, attn_.data() + t * qd, qd, g0, g1);
       i += g1 - g0;
     }
   });

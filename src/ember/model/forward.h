@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ember/core/thread_pool.h"
@@ -53,6 +54,8 @@ class ForwardPass {
   std::vector<float> x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_;
   std::vector<int32_t> positions_;               // [T]
   std::vector<const SequenceSlice*> token_seq_;  // [T]
+  // Attention work: (first token, token count) runs of consecutive tokens of one sequence.
+  std::vector<std::pair<int64_t, int64_t>> attention_tiles_;
   std::vector<float> final_rows_, logits_;
   std::vector<cpu::BlockQ8Act> x_q8_;  // quantized matmul input, when weights are q8_0/q4_0
 };

@@ -129,89 +129,107 @@ EMBER_AVX2_INLINE void accumulate_pv_any(float* acc, const float* p, const float
 
 }  // namespace
 
-// q: [n_heads, head_dim]; out: [n_heads, head_dim]; K/V read through block_table. Only the query
-// heads of kv heads [kv_head_begin, kv_head_end) are computed.
-EMBER_AVX2 void attention(const float* q, int64_t n_heads, const PagedKv& kv,
-                          const int32_t* block_table, int64_t ctx_len, float scale, float* out,
-                          int64_t kv_head_begin, int64_t kv_head_end) {
+// nt query tokens of one sequence: token u's heads at q + u * q_stride, its output at
+// out + u * out_stride, its context [0, ctx0 + u). Only the query heads of kv heads
+// [kv_head_begin, kv_head_end) are computed. The tokens walk the K/V blocks together, so each block
+// is fetched into L1 once for all of them; every (token, head) row keeps its own softmax state and
+// runs exactly the operations it would alone.
+EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                                 const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                                 float scale, float* out, int64_t out_stride, int64_t kv_head_begin,
+                                 int64_t kv_head_end) {
   thread_local AttentionScratch scratch;
   const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
-  const int64_t group = n_heads / n_kv;
+  const int64_t group = n_heads / n_kv, rows = nt * group;
   const int64_t hd_pad = (hd + 7) / 8 * 8, bs_pad = (bs + 7) / 8 * 8;
   const __m256i hd_mask = tail_mask(hd % 8);
-  if (static_cast<int64_t>(scratch.acc.size()) < group * hd_pad) {
-    scratch.acc.resize(static_cast<size_t>(group * hd_pad));
+  if (static_cast<int64_t>(scratch.acc.size()) < rows * hd_pad) {
+    scratch.acc.resize(static_cast<size_t>(rows * hd_pad));
   }
   if (static_cast<int64_t>(scratch.scores.size()) < group * bs_pad) {
     scratch.scores.resize(static_cast<size_t>(group * bs_pad));
   }
-  if (static_cast<int64_t>(scratch.m.size()) < group) {
-    scratch.m.resize(static_cast<size_t>(group));
-    scratch.l.resize(static_cast<size_t>(group));
+  if (static_cast<int64_t>(scratch.m.size()) < rows) {
+    scratch.m.resize(static_cast<size_t>(rows));
+    scratch.l.resize(static_cast<size_t>(rows));
   }
-  float* acc = scratch.acc.data();
   float* scores = scratch.scores.data();
-  float* m = scratch.m.data();
-  float* l = scratch.l.data();
+  const int64_t ctx_last = ctx0 + nt - 1;  // the longest context among the tokens
+  const int64_t row_stride = n_kv * hd;
 
   for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
-    const float* qg = q + g * group * hd;  // the group's query heads are consecutive
-    std::fill(acc, acc + group * hd_pad, 0.0f);
-    std::fill(m, m + group, -INFINITY);
-    std::fill(l, l + group, 0.0f);
-    for (int64_t p0 = 0; p0 < ctx_len; p0 += bs) {
-      const int64_t n = std::min(bs, ctx_len - p0);
+    std::fill(scratch.acc.begin(), scratch.acc.begin() + rows * hd_pad, 0.0f);
+    std::fill(scratch.m.begin(), scratch.m.begin() + rows, -INFINITY);
+    std::fill(scratch.l.begin(), scratch.l.begin() + rows, 0.0f);
+    for (int64_t p0 = 0; p0 < ctx_last; p0 += bs) {
       const int64_t block = block_table[p0 / bs];
       // Row of token slot i of this block for kv head g: [(block * bs + i) * n_kv + g] * hd.
       const float* kb = kv.k_pool + (block * bs * n_kv + g) * hd;
       const float* vb = kv.v_pool + (block * bs * n_kv + g) * hd;
-      const int64_t row_stride = n_kv * hd;
+      for (int64_t u = 0; u < nt; ++u) {
+        const int64_t ctx_len = ctx0 + u;
+        if (p0 >= ctx_len) continue;
+        const int64_t n = std::min(bs, ctx_len - p0);
+        const float* qg = q + u * q_stride + g * group * hd;  // the group's heads are consecutive
+        float* acc = scratch.acc.data() + u * group * hd_pad;
+        float* m = scratch.m.data() + u * group;
+        float* l = scratch.l.data() + u * group;
 
-      // Scores for the block; padding lanes are -inf so that exp() makes them 0.
-      for (int64_t j = 0; j < group; ++j) {
-        float* s = scores + j * bs_pad;
-        int64_t i = 0;
-        for (; i + 4 <= n; i += 4) {
-          const __m128 d4 = dot4(qg + j * hd, kb + i * row_stride, row_stride, hd, hd_mask);
-          _mm_storeu_ps(s + i, _mm_mul_ps(d4, _mm_set1_ps(scale)));
+        // Scores for the block; padding lanes are -inf so that exp() makes them 0.
+        for (int64_t j = 0; j < group; ++j) {
+          float* s = scores + j * bs_pad;
+          int64_t i = 0;
+          for (; i + 4 <= n; i += 4) {
+            const __m128 d4 = dot4(qg + j * hd, kb + i * row_stride, row_stride, hd, hd_mask);
+            _mm_storeu_ps(s + i, _mm_mul_ps(d4, _mm_set1_ps(scale)));
+          }
+          for (; i < n; ++i) s[i] = dot(qg + j * hd, kb + i * row_stride, hd, hd_mask) * scale;
+          for (; i < bs_pad; ++i) s[i] = -INFINITY;
         }
-        for (; i < n; ++i) s[i] = dot(qg + j * hd, kb + i * row_stride, hd, hd_mask) * scale;
-        for (; i < bs_pad; ++i) s[i] = -INFINITY;
-      }
-      for (int64_t j = 0; j < group; ++j) {
-        float* s = scores + j * bs_pad;
-        __m256 vmax = _mm256_set1_ps(-INFINITY);
-        for (int64_t i = 0; i < bs_pad; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
-        const float m_new = std::max(m[j], hmax(vmax));
-        const __m256 mv = _mm256_set1_ps(m_new);
-        __m256 sum = _mm256_setzero_ps();
-        for (int64_t i = 0; i < bs_pad; i += 8) {
-          const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
-          _mm256_storeu_ps(s + i, e);
-          sum = _mm256_add_ps(sum, e);
+        for (int64_t j = 0; j < group; ++j) {
+          float* s = scores + j * bs_pad;
+          __m256 vmax = _mm256_set1_ps(-INFINITY);
+          for (int64_t i = 0; i < bs_pad; i += 8) {
+            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
+          }
+          const float m_new = std::max(m[j], hmax(vmax));
+          const __m256 mv = _mm256_set1_ps(m_new);
+          __m256 sum = _mm256_setzero_ps();
+          for (int64_t i = 0; i < bs_pad; i += 8) {
+            const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+            _mm256_storeu_ps(s + i, e);
+            sum = _mm256_add_ps(sum, e);
+          }
+          // c = exp(m - m'): 0 on the first block (m = -inf), 1 when the max did not grow.
+          const float c = _mm256_cvtss_f32(exp(_mm256_set1_ps(m[j] - m_new)));
+          l[j] = l[j] * c + hsum(sum);
+          m[j] = m_new;
+          float* a = acc + j * hd_pad;
+          const __m256 cv = _mm256_set1_ps(c);
+          for (int64_t d = 0; d < hd_pad; d += 8) {
+            _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
+          }
         }
-        // c = exp(m - m'): 0 on the first block (m = -inf), 1 when the max did not grow.
-        const float c = _mm256_cvtss_f32(exp(_mm256_set1_ps(m[j] - m_new)));
-        l[j] = l[j] * c + hsum(sum);
-        m[j] = m_new;
-        float* a = acc + j * hd_pad;
-        const __m256 cv = _mm256_set1_ps(c);
-        for (int64_t d = 0; d < hd_pad; d += 8)
-          _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
-      }
-      // acc[j] += sum_i p[j][i] * v_i, acc[j] in registers across the block.
-      for (int64_t j = 0; j < group; ++j) {
-        accumulate_pv_any(acc + j * hd_pad, scores + j * bs_pad, vb, row_stride, n, hd, hd_mask);
+        // acc[j] += sum_i p[j][i] * v_i, acc[j] in registers across the block.
+        for (int64_t j = 0; j < group; ++j) {
+          accumulate_pv_any(acc + j * hd_pad, scores + j * bs_pad, vb, row_stride, n, hd, hd_mask);
+        }
       }
     }
-    for (int64_t j = 0; j < group; ++j) {
-      const __m256 inv = _mm256_set1_ps(l[j] > 0.0f ? 1.0f / l[j] : 0.0f);
-      const float* a = acc + j * hd_pad;
-      float* o = out + (g * group + j) * hd;
-      int64_t d = 0;
-      for (; d + 8 <= hd; d += 8)
-        _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
-      if (d < hd) _mm256_maskstore_ps(o + d, hd_mask, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+    for (int64_t u = 0; u < nt; ++u) {
+      for (int64_t j = 0; j < group; ++j) {
+        const float lj = scratch.l[u * group + j];
+        const __m256 inv = _mm256_set1_ps(lj > 0.0f ? 1.0f / lj : 0.0f);
+        const float* a = scratch.acc.data() + (u * group + j) * hd_pad;
+        float* o = out + u * out_stride + (g * group + j) * hd;
+        int64_t d = 0;
+        for (; d + 8 <= hd; d += 8) {
+          _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+        }
+        if (d < hd) {
+          _mm256_maskstore_ps(o + d, hd_mask, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+        }
+      }
     }
   }
 }

@@ -16,20 +16,30 @@ namespace ember::cpu {
 namespace {
 
 constexpr KernelTable kScalarTable = {
-    Isa::Scalar,         scalar::matmul,
-    scalar::rmsnorm,     scalar::rope,
-    scalar::softmax,     scalar::silu_mul,
-    scalar::add_inplace, scalar::dequantize_row,
-    scalar::attention,   scalar::quantize_activations,
+    Isa::Scalar,
+    scalar::matmul,
+    scalar::rmsnorm,
+    scalar::rope,
+    scalar::softmax,
+    scalar::silu_mul,
+    scalar::add_inplace,
+    scalar::dequantize_row,
+    scalar::attention_tokens,
+    scalar::quantize_activations,
     scalar::matmul_q8,
 };
 
 constexpr KernelTable kAvx2Table = {
-    Isa::Avx2,         avx2::matmul,
-    avx2::rmsnorm,     avx2::rope,
-    avx2::softmax,     avx2::silu_mul,
-    avx2::add_inplace, avx2::dequantize_row,
-    avx2::attention,   avx2::quantize_activations,
+    Isa::Avx2,
+    avx2::matmul,
+    avx2::rmsnorm,
+    avx2::rope,
+    avx2::softmax,
+    avx2::silu_mul,
+    avx2::add_inplace,
+    avx2::dequantize_row,
+    avx2::attention_tokens,
+    avx2::quantize_activations,
     avx2::matmul_q8,
 };
 
@@ -154,13 +164,22 @@ void dequantize_row(const WeightMatrix& table_w, int64_t row, float* out) {
 
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
                int64_t ctx_len, float scale, float* out) {
-  table().attention(q, n_heads, kv, block_table, ctx_len, scale, out, 0, kv.n_kv_heads);
+  table().attention_tokens(q, 1, 0, n_heads, kv, block_table, ctx_len, scale, out, 0, 0,
+                           kv.n_kv_heads);
 }
 
 void attention_kv_heads(const float* q, int64_t n_heads, const PagedKv& kv,
                         const int32_t* block_table, int64_t ctx_len, float scale, float* out,
                         int64_t kv_head_begin, int64_t kv_head_end) {
-  table().attention(q, n_heads, kv, block_table, ctx_len, scale, out, kv_head_begin, kv_head_end);
+  table().attention_tokens(q, 1, 0, n_heads, kv, block_table, ctx_len, scale, out, 0, kv_head_begin,
+                           kv_head_end);
+}
+
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end) {
+  table().attention_tokens(q, nt, q_stride, n_heads, kv, block_table, ctx0, scale, out, out_stride,
+                           kv_head_begin, kv_head_end);
 }
 
 }  // namespace ember::cpu

@@ -97,4 +97,12 @@ void attention_kv_heads(const float* q, int64_t n_heads, const PagedKv& kv,
                         const int32_t* block_table, int64_t ctx_len, float scale, float* out,
                         int64_t kv_head_begin, int64_t kv_head_end);
 
+// attention_kv_heads() for nt consecutive query tokens of ONE sequence: token u's heads at
+// q + u * q_stride, its output at out + u * out_stride, its context [0, ctx0 + u) (causal
+// prefill). Every token's output is the same bits as its own single-token call; sharing the call
+// lets the tokens read each K/V block from memory once.
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
+
 }  // namespace ember::cpu

@@ -19,9 +19,10 @@ struct KernelTable {
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
   void (*add_inplace)(float* y, const float* x, int64_t n);
   void (*dequantize_row)(const WeightMatrix& table, int64_t row, float* out);
-  void (*attention)(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-                    int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
-                    int64_t kv_head_end);
+  void (*attention_tokens)(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                           const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                           float* out, int64_t out_stride, int64_t kv_head_begin,
+                           int64_t kv_head_end);
   void (*quantize_activations)(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
   void (*matmul_q8)(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                     int64_t row_begin, int64_t row_end);
@@ -37,9 +38,9 @@ void softmax(float* x, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace(float* y, const float* x, int64_t n);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
-void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-               int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
-               int64_t kv_head_end);
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end);
@@ -56,9 +57,9 @@ void softmax(float* x, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace(float* y, const float* x, int64_t n);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
-void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-               int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
-               int64_t kv_head_end);
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end);

@@ -106,9 +106,10 @@ void add_inplace(float* y, const float* x, int64_t n) {
 
 // One pass over the context per query head with an online softmax: running max m, running
 // denominator l and an unnormalised output accumulator acc [head_dim], rescaled when m grows.
-void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-               int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
-               int64_t kv_head_end) {
+namespace {
+void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+                   int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
+                   int64_t kv_head_end) {
   thread_local std::vector<float> acc_buf;
   const int64_t hd = kv.head_dim;
   const int64_t group = n_heads / kv.n_kv_heads;
@@ -135,6 +136,18 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (int64_t d = 0; d < hd; ++d) out[h * hd + d] = acc[d] * inv;
+  }
+}
+
+}  // namespace
+
+// Token by token: each runs exactly its single-token computation.
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end) {
+  for (int64_t u = 0; u < nt; ++u) {
+    attention_one(q + u * q_stride, n_heads, kv, block_table, ctx0 + u, scale, out + u * out_stride,
+                  kv_head_begin, kv_head_end);
   }
 }
 
