@@ -23,10 +23,18 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
   for (auto* w : ws) mats[n++] = w;
   n = 0;
   for (float* y : ys) outs[n++] = y;
-  bool any_quantized = false;
+  bool any_quantized = false, any_bf16 = false;
   for (int i = 0; i < n; ++i) {
     offsets[i + 1] = offsets[i] + mats[i]->n_rows;
     any_quantized = any_quantized || dtype_is_quantized(mats[i]->dtype);
+    any_bf16 = any_bf16 || mats[i]->dtype == DType::BF16;
+  }
+  // bf16 kernels read the activations in their own layout: prepare it once too.
+  if (any_bf16) {
+    const int64_t K = mats[0]->n_cols;
+    const size_t floats = static_cast<size_t>(T * cpu::bf16_activation_stride(K));
+    if (x_bf16_.size() < floats) x_bf16_.resize(floats);
+    cpu::prepare_bf16_activations(x, T, K, x_bf16_.data());
   }
   // Quantized weights multiply 8-bit activations: quantize the shared input once, not per thread
   // and matrix.
@@ -45,6 +53,9 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
           if (dtype_is_quantized(mats[i]->dtype)) {
             cpu::matmul_q8(x_q8_.data(), T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i],
                            e - offsets[i]);
+          } else if (mats[i]->dtype == DType::BF16) {
+            cpu::matmul_bf16_prepared(x_bf16_.data(), T, *mats[i], outs[i], mats[i]->n_rows,
+                                      b - offsets[i], e - offsets[i]);
           } else {
             cpu::matmul(x, T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i], e - offsets[i]);
           }

@@ -58,6 +58,7 @@ class ForwardPass {
   std::vector<std::pair<int64_t, int64_t>> attention_tiles_;
   std::vector<float> final_rows_, logits_;
   std::vector<cpu::BlockQ8Act> x_q8_;  // quantized matmul input, when weights are q8_0/q4_0
+  std::vector<float> x_bf16_;          // bf16 matmul input in the kernels' layout
 };
 
 }  // namespace ember

@@ -290,20 +290,10 @@ EMBER_AVX2 void matmul_few_tokens(const float* x, int64_t ldx, const WeightMatri
   for (; n < row_end; ++n) tile<kDtype, 1, NT>(x, ldx, K, base + n * rb, rb, y + n, ldy, nullptr);
 }
 
+// x: activations in the kernel's layout (de-interleaved for bf16), ldx floats per token.
 template <DType kDtype>
-EMBER_AVX2 void matmul_dtype(const float* x, int64_t T, const WeightMatrix& w, float* y,
-                             int64_t ldy, int64_t row_begin, int64_t row_end) {
-  const int64_t K = w.n_cols;
-  int64_t ldx = K;
-  if constexpr (kDtype == DType::BF16) {
-    thread_local std::vector<float> deinterleaved;
-    ldx = (K + 15) / 16 * 16;
-    if (static_cast<int64_t>(deinterleaved.size()) < T * ldx) {
-      deinterleaved.resize(static_cast<size_t>(T * ldx));
-    }
-    deinterleave_activations(x, T, K, deinterleaved.data());
-    x = deinterleaved.data();
-  }
+EMBER_AVX2 void matmul_dtype(const float* x, int64_t ldx, int64_t T, const WeightMatrix& w,
+                             float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
   switch (T) {
     case 1:
       return matmul_few_tokens<kDtype, 1>(x, ldx, w, y, ldy, row_begin, row_end);
@@ -320,18 +310,39 @@ EMBER_AVX2 void matmul_dtype(const float* x, int64_t T, const WeightMatrix& w, f
 
 }  // namespace
 
+int64_t bf16_activation_stride(int64_t K) {
+  return (K + 15) / 16 * 16;
+}
+
+void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp) {
+  deinterleave_activations(x, T, K, xp);
+}
+
+void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                          int64_t row_begin, int64_t row_end) {
+  matmul_dtype<DType::BF16>(xp, bf16_activation_stride(w.n_cols), T, w, y, ldy, row_begin, row_end);
+}
+
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
   switch (w.dtype) {
     case DType::F32:
-      matmul_dtype<DType::F32>(x, T, w, y, ldy, row_begin, row_end);
+      matmul_dtype<DType::F32>(x, w.n_cols, T, w, y, ldy, row_begin, row_end);
       break;
     case DType::F16:
-      matmul_dtype<DType::F16>(x, T, w, y, ldy, row_begin, row_end);
+      matmul_dtype<DType::F16>(x, w.n_cols, T, w, y, ldy, row_begin, row_end);
       break;
-    case DType::BF16:
-      matmul_dtype<DType::BF16>(x, T, w, y, ldy, row_begin, row_end);
+    case DType::BF16: {
+      // One-off callers; the forward pass prepares once per input (matmul_bf16_prepared).
+      thread_local std::vector<float> prepared;
+      const int64_t stride = bf16_activation_stride(w.n_cols);
+      if (static_cast<int64_t>(prepared.size()) < T * stride) {
+        prepared.resize(static_cast<size_t>(T * stride));
+      }
+      deinterleave_activations(x, T, w.n_cols, prepared.data());
+      avx2::matmul_bf16_prepared(prepared.data(), T, w, y, ldy, row_begin, row_end);
       break;
+    }
     case DType::Q8_0:
     case DType::Q4_0: {
       // Quantized weights take 8-bit activations (what the dispatcher does before calling us).

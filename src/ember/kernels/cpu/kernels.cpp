@@ -27,6 +27,9 @@ constexpr KernelTable kScalarTable = {
     scalar::attention_tokens,
     scalar::quantize_activations,
     scalar::matmul_q8,
+    scalar::bf16_activation_stride,
+    scalar::prepare_bf16_activations,
+    scalar::matmul_bf16_prepared,
 };
 
 constexpr KernelTable kAvx2Table = {
@@ -41,6 +44,9 @@ constexpr KernelTable kAvx2Table = {
     avx2::attention_tokens,
     avx2::quantize_activations,
     avx2::matmul_q8,
+    avx2::bf16_activation_stride,
+    avx2::prepare_bf16_activations,
+    avx2::matmul_bf16_prepared,
 };
 
 bool cpu_has_avx2() {
@@ -126,6 +132,19 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t 
     return;
   }
   table().matmul(x, T, w, y, ldy, row_begin, row_end);
+}
+
+int64_t bf16_activation_stride(int64_t K) {
+  return table().bf16_activation_stride(K);
+}
+
+void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp) {
+  table().prepare_bf16_activations(x, T, K, xp);
+}
+
+void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                          int64_t row_begin, int64_t row_end) {
+  table().matmul_bf16_prepared(xp, T, w, y, ldy, row_begin, row_end);
 }
 
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out) {

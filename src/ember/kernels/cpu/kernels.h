@@ -52,6 +52,16 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end);
 
+// bf16 matmuls may read their activations in a layout of their own (the AVX2 kernels: per 16
+// values, the 8 even ones then the 8 odd ones, zero-padded). A caller that splits one bf16 matmul
+// over threads, or multiplies one input by several bf16 matrices, prepares the input once:
+// bf16_activation_stride(K) floats per token, prepare_bf16_activations() fills xp [T, stride], and
+// matmul_bf16_prepared(xp, ...) equals matmul(x, ...) on a bf16 matrix bit for bit.
+int64_t bf16_activation_stride(int64_t K);
+void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp);
+void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                          int64_t row_begin, int64_t row_end);
+
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, x/y: [T, D] (may alias).
 void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps);
 
