@@ -34,7 +34,10 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
     const int64_t K = mats[0]->n_cols;
     const size_t floats = static_cast<size_t>(T * cpu::bf16_activation_stride(K));
     if (x_bf16_.size() < floats) x_bf16_.resize(floats);
-    cpu::prepare_bf16_activations(x, T, K, x_bf16_.data());
+    const int64_t stride = cpu::bf16_activation_stride(K);
+    for_token_rows(T, [&](int64_t b, int64_t e) {
+      cpu::prepare_bf16_activations(x + b * K, e - b, K, x_bf16_.data() + b * stride);
+    });
   }
   // Quantized weights multiply 8-bit activations: quantize the shared input once, not per thread
   // and matrix.
@@ -42,7 +45,9 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
     const int64_t K = mats[0]->n_cols;
     const size_t blocks = static_cast<size_t>(T * (K / kQuantBlock));
     if (x_q8_.size() < blocks) x_q8_.resize(blocks);
-    cpu::quantize_activations(x, T, K, x_q8_.data());
+    for_token_rows(T, [&](int64_t b, int64_t e) {
+      cpu::quantize_activations(x + b * K, e - b, K, x_q8_.data() + b * (K / kQuantBlock));
+    });
   }
   threads_.parallel_for(
       offsets[n],
@@ -128,31 +133,36 @@ const std::vector<float>& ForwardPass::step(const StepInput& input) {
 void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t T) {
   const ModelConfig& c = weights_.config;
   const int64_t D = c.d_model, qd = c.q_dim(), kvd = c.kv_dim();
-  cpu::rmsnorm(x_.data(), lw.attn_norm, xn_.data(), T, D, c.rms_norm_eps);
+  for_token_rows(T, [&](int64_t b, int64_t e) {
+    cpu::rmsnorm(x_.data() + b * D, lw.attn_norm, xn_.data() + b * D, e - b, D, c.rms_norm_eps);
+  });
   matmul_parallel(xn_.data(), T, {&lw.wq, &lw.wk, &lw.wv}, {q_.data(), k_.data(), v_.data()});
-  if (lw.bq != nullptr) {
-    for (int64_t t = 0; t < T; ++t) {
-      cpu::add_inplace(q_.data() + t * qd, lw.bq, qd);
-      cpu::add_inplace(k_.data() + t * kvd, lw.bk, kvd);
-      cpu::add_inplace(v_.data() + t * kvd, lw.bv, kvd);
-    }
-  }
-  cpu::rope(q_.data(), T, c.n_heads, c.head_dim, c.rope_dim, positions_.data(),
-            weights_.rope_inv_freq.data());
-  cpu::rope(k_.data(), T, c.n_kv_heads, c.head_dim, c.rope_dim, positions_.data(),
-            weights_.rope_inv_freq.data());
 
-  // Write this step's K/V into each token's cache slot: block_table[pos / bs], slot pos % bs.
+  // Bias, RoPE, and this step's K/V into each token's cache slot (block_table[pos / bs], slot
+  // pos % bs), row by row.
   const int64_t bs = kv_pool_.block_size();
   float* k_cache = kv_pool_.k_layer(layer);
   float* v_cache = kv_pool_.v_layer(layer);
-  for (int64_t t = 0; t < T; ++t) {
-    int64_t pos = positions_[t];
-    int32_t block = token_seq_[t]->block_table[pos / bs];
-    int64_t off = kv_pool_.slot_offset(block, pos % bs);
-    std::copy_n(k_.data() + t * kvd, kvd, k_cache + off);
-    std::copy_n(v_.data() + t * kvd, kvd, v_cache + off);
-  }
+  for_token_rows(T, [&](int64_t b, int64_t e) {
+    if (lw.bq != nullptr) {
+      for (int64_t t = b; t < e; ++t) {
+        cpu::add_inplace(q_.data() + t * qd, lw.bq, qd);
+        cpu::add_inplace(k_.data() + t * kvd, lw.bk, kvd);
+        cpu::add_inplace(v_.data() + t * kvd, lw.bv, kvd);
+      }
+    }
+    cpu::rope(q_.data() + b * qd, e - b, c.n_heads, c.head_dim, c.rope_dim, positions_.data() + b,
+              weights_.rope_inv_freq.data());
+    cpu::rope(k_.data() + b * kvd, e - b, c.n_kv_heads, c.head_dim, c.rope_dim,
+              positions_.data() + b, weights_.rope_inv_freq.data());
+    for (int64_t t = b; t < e; ++t) {
+      int64_t pos = positions_[t];
+      int32_t block = token_seq_[t]->block_table[pos / bs];
+      int64_t off = kv_pool_.slot_offset(block, pos % bs);
+      std::copy_n(k_.data() + t * kvd, kvd, k_cache + off);
+      std::copy_n(v_.data() + t * kvd, kvd, v_cache + off);
+    }
+  });
 
   cpu::PagedKv view = kv_pool_.layer_view(layer);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -172,10 +182,13 @@ void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t
   }
   const int64_t n_kv = c.n_kv_heads;
   const int64_t n_items = static_cast<int64_t>(attention_tiles_.size()) * n_kv;
+  // Items run last tile first: with causal attention the late tiles cost the most, and handing them
+  // out first keeps the threads' finishing times close.
   threads_.parallel_for(n_items, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end;) {
       const int64_t g0 = i % n_kv, g1 = std::min(n_kv, g0 + (end - i));
-      const auto [t, nt] = attention_tiles_[static_cast<size_t>(i / n_kv)];
+      const auto [t, nt] =
+          attention_tiles_[attention_tiles_.size() - 1 - static_cast<size_t>(i / n_kv)];
       cpu::attention_tokens(q_.data() + t * qd, nt, qd, c.n_heads, view, token_seq_[t]->block_table,
                             positions_[t] + 1, scale, attn_.data() + t * qd, qd, g0, g1);
       i += g1 - g0;
@@ -183,17 +196,25 @@ void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t
   });
 
   matmul_parallel(attn_.data(), T, {&lw.wo}, {tmp_.data()});
-  cpu::add_inplace(x_.data(), tmp_.data(), T * D);
+  for_token_rows(T, [&](int64_t b, int64_t e) {
+    cpu::add_inplace(x_.data() + b * D, tmp_.data() + b * D, (e - b) * D);
+  });
 }
 
 void ForwardPass::mlp_block(const LayerWeights& lw, int64_t T) {
   const ModelConfig& c = weights_.config;
   const int64_t D = c.d_model, F = c.d_ffn;
-  cpu::rmsnorm(x_.data(), lw.ffn_norm, xn_.data(), T, D, c.rms_norm_eps);
+  for_token_rows(T, [&](int64_t b, int64_t e) {
+    cpu::rmsnorm(x_.data() + b * D, lw.ffn_norm, xn_.data() + b * D, e - b, D, c.rms_norm_eps);
+  });
   matmul_parallel(xn_.data(), T, {&lw.w_gate, &lw.w_up}, {gate_.data(), up_.data()});
-  cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), T * F);
+  for_token_rows(T, [&](int64_t b, int64_t e) {
+    cpu::silu_mul(gate_.data() + b * F, up_.data() + b * F, gate_.data() + b * F, (e - b) * F);
+  });
   matmul_parallel(gate_.data(), T, {&lw.w_down}, {tmp_.data()});
-  cpu::add_inplace(x_.data(), tmp_.data(), T * D);
+  for_token_rows(T, [&](int64_t b, int64_t e) {
+    cpu::add_inplace(x_.data() + b * D, tmp_.data() + b * D, (e - b) * D);
+  });
 }
 
 }  // namespace ember

@@ -43,6 +43,18 @@ class ForwardPass {
                        std::initializer_list<const cpu::WeightMatrix*> ws,
                        std::initializer_list<float*> ys);
   void attention_block(int64_t layer, const LayerWeights& lw, int64_t T);
+  // fn(t0, t1) over token rows [0, T): split across the threads when T is large enough for the
+  // hand-off to pay (prefill), inline for a few tokens (decode). Row results never depend on it.
+  template <typename Fn>
+  void for_token_rows(int64_t T, Fn&& fn) {
+    constexpr int64_t kMinParallelRows = 16;
+    if (T < kMinParallelRows) {
+      fn(int64_t{0}, T);
+      return;
+    }
+    threads_.parallel_for(
+        T, [&](int64_t b, int64_t e, int) { fn(b, e); }, /*grain=*/4);
+  }
   void mlp_block(const LayerWeights& lw, int64_t T);
 
   const ModelWeights& weights_;
