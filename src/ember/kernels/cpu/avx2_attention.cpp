@@ -92,38 +92,22 @@ EMBER_AVX2_INLINE void accumulate_pv(float* acc, const float* p, const float* v,
   for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
 }
 
+// accumulate_pv<nv> for a run-time nv in 1..NV (compile-time dispatch, stays inlined).
+template <int NV>
+EMBER_AVX2_INLINE void accumulate_pv_width(int64_t nv, float* acc, const float* p, const float* v,
+                                           int64_t stride, int64_t n, __m256i mask, bool tail) {
+  if constexpr (NV > 1) {
+    if (nv < NV) return accumulate_pv_width<NV - 1>(nv, acc, p, v, stride, n, mask, tail);
+  }
+  accumulate_pv<NV>(acc, p, v, stride, n, mask, tail);
+}
+
 // accumulate_pv over any head_dim: chunks of up to 8 vectors.
 EMBER_AVX2_INLINE void accumulate_pv_any(float* acc, const float* p, const float* v, int64_t stride,
                                          int64_t n, int64_t hd, __m256i mask) {
   for (int64_t d = 0; d < hd; d += 64) {
     const int64_t nv = std::min<int64_t>(8, (hd - d + 7) / 8);
-    const bool tail = d + nv * 8 > hd;
-    switch (nv) {
-      case 8:
-        accumulate_pv<8>(acc + d, p, v + d, stride, n, mask, tail);
-        break;
-      case 7:
-        accumulate_pv<7>(acc + d, p, v + d, stride, n, mask, tail);
-        break;
-      case 6:
-        accumulate_pv<6>(acc + d, p, v + d, stride, n, mask, tail);
-        break;
-      case 5:
-        accumulate_pv<5>(acc + d, p, v + d, stride, n, mask, tail);
-        break;
-      case 4:
-        accumulate_pv<4>(acc + d, p, v + d, stride, n, mask, tail);
-        break;
-      case 3:
-        accumulate_pv<3>(acc + d, p, v + d, stride, n, mask, tail);
-        break;
-      case 2:
-        accumulate_pv<2>(acc + d, p, v + d, stride, n, mask, tail);
-        break;
-      default:
-        accumulate_pv<1>(acc + d, p, v + d, stride, n, mask, tail);
-        break;
-    }
+    accumulate_pv_width<8>(nv, acc + d, p, v + d, stride, n, mask, d + nv * 8 > hd);
   }
 }
 
