@@ -11,14 +11,14 @@ KvBlockPool::KvBlockPool(const KvPoolShape& shape) : shape_(shape) {
   }
   size_t floats = static_cast<size_t>(shape.n_layers * layer_floats());
   // Zero-filled: unwritten slots are never read, but deterministic memory keeps tools quiet.
-  keys_ = std::make_unique<float[]>(floats);
-  values_ = std::make_unique<float[]>(floats);
+  keys_.assign(floats, 0.0f);
+  values_.assign(floats, 0.0f);
 }
 
 cpu::PagedKv KvBlockPool::layer_view(int64_t layer) const {
   cpu::PagedKv view;
-  view.k_pool = keys_.get() + layer * layer_floats();
-  view.v_pool = values_.get() + layer * layer_floats();
+  view.k_pool = keys_.data() + layer * layer_floats();
+  view.v_pool = values_.data() + layer * layer_floats();
   view.block_size = shape_.block_size;
   view.n_kv_heads = shape_.n_kv_heads;
   view.head_dim = shape_.head_dim;

@@ -6,8 +6,7 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-
+#include "ember/core/aligned_vector.h"
 #include "ember/kernels/cpu/kernels.h"
 
 namespace ember {
@@ -33,8 +32,8 @@ class KvBlockPool {
     return (static_cast<int64_t>(block) * shape_.block_size + slot) * shape_.n_kv_heads *
            shape_.head_dim;
   }
-  float* k_layer(int64_t layer) { return keys_.get() + layer * layer_floats(); }
-  float* v_layer(int64_t layer) { return values_.get() + layer * layer_floats(); }
+  float* k_layer(int64_t layer) { return keys_.data() + layer * layer_floats(); }
+  float* v_layer(int64_t layer) { return values_.data() + layer * layer_floats(); }
   cpu::PagedKv layer_view(int64_t layer) const;
 
   // Bytes of K+V one token occupies across all layers, and one block.
@@ -47,8 +46,8 @@ class KvBlockPool {
   }
 
   KvPoolShape shape_;
-  std::unique_ptr<float[]> keys_;
-  std::unique_ptr<float[]> values_;
+  AlignedVector<float> keys_;
+  AlignedVector<float> values_;
 };
 
 }  // namespace ember

@@ -78,7 +78,7 @@ const std::vector<float>& ForwardPass::step(const StepInput& input) {
   if (covered != T)
     throw Error("forward step: sequences cover " + std::to_string(covered) +
                 " tokens but the batch has " + std::to_string(T));
-  auto grow = [](std::vector<float>& v, int64_t n) {
+  auto grow = [](auto& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   };
   grow(x_, T * D);

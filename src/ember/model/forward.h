@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ember/core/aligned_vector.h"
 #include "ember/core/thread_pool.h"
 #include "ember/kv/kv_block_pool.h"
 #include "ember/model/weights.h"
@@ -63,14 +64,14 @@ class ForwardPass {
 
   // Per-step scratch, grown as needed: x/xn/tmp [T, d_model], q/attn [T, q_dim],
   // k/v [T, kv_dim], gate/up [T, d_ffn].
-  std::vector<float> x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_;
+  AlignedVector<float> x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_;
   std::vector<int32_t> positions_;               // [T]
   std::vector<const SequenceSlice*> token_seq_;  // [T]
   // Attention work: (first token, token count) runs of consecutive tokens of one sequence.
   std::vector<std::pair<int64_t, int64_t>> attention_tiles_;
   std::vector<float> final_rows_, logits_;
-  std::vector<cpu::BlockQ8Act> x_q8_;  // quantized matmul input, when weights are q8_0/q4_0
-  std::vector<float> x_bf16_;          // bf16 matmul input in the kernels' layout
+  AlignedVector<cpu::BlockQ8Act> x_q8_;  // quantized matmul input, when weights are q8_0/q4_0
+  AlignedVector<float> x_bf16_;          // bf16 matmul input in the kernels' layout
 };
 
 }  // namespace ember

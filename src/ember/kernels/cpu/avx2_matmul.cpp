@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ember/core/aligned_vector.h"
 #include "ember/kernels/cpu/avx2_prefetch.h"
 #include "ember/kernels/cpu/avx2_util.h"
 #include "ember/kernels/cpu/kernels_isa.h"
@@ -101,19 +102,49 @@ EMBER_AVX2 void deinterleave_activations(const float* x, int64_t T, int64_t K, f
   }
 }
 
+// 16 bf16 values (one 32-byte vector) as even / odd f32.
+EMBER_AVX2_INLINE void split_bf16(__m256i v, __m256* even, __m256* odd) {
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000))));
+}
+
+EMBER_AVX2_INLINE __m256i load16_bf16_full(const uint8_t* row, int64_t k) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+}
+
+// The last, partial chunk of 16 (k + 16 > K), zero-padded. Kept out of the main loops: merged into
+// them, GCC routed every load through the stack buffer.
+EMBER_AVX2_INLINE __m256i load16_bf16_tail(const uint8_t* row, int64_t k, int64_t K) {
+  alignas(32) uint16_t buf[16] = {};
+  std::memcpy(buf, row + 2 * k, static_cast<size_t>(K - k) * 2);
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+}
+
 // The 16 bf16 values at element k of a row (the last chunk zero-padded) as even / odd f32.
 EMBER_AVX2_INLINE void load16_bf16(const uint8_t* row, int64_t k, int64_t K, __m256* even,
                                    __m256* odd) {
-  __m256i v;
-  if (k + 16 <= K) {
-    v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
-  } else {
-    alignas(32) uint16_t buf[16] = {};
-    std::memcpy(buf, row + 2 * k, static_cast<size_t>(K - k) * 2);
-    v = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+  split_bf16(k + 16 <= K ? load16_bf16_full(row, k) : load16_bf16_tail(row, k, K), even, odd);
+}
+
+// One chunk of 16 along k for an R x NT tile: acc[r][t] += even_r * x_even_t, then odd_r * x_odd_t
+// (that order is part of the determinism contract). Row-outer so that only one row's even/odd
+// pair is live next to the R * NT accumulators: token-outer needed 2R more registers and spilled
+// the accumulators of the 3 x 4 and 4 x 3 tiles to the stack on every iteration.
+template <int R, int NT, bool kTail>
+EMBER_AVX2_INLINE void bf16_chunk(const float* xp, int64_t ldx, const uint8_t* w, int64_t row_bytes,
+                                  int64_t k, int64_t K, __m256 (&acc)[R][NT]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    __m256 even, odd;
+    split_bf16(
+        kTail ? load16_bf16_tail(w + r * row_bytes, k, K) : load16_bf16_full(w + r * row_bytes, k),
+        &even, &odd);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      acc[r][t] = _mm256_fmadd_ps(even, _mm256_loadu_ps(xp + t * ldx + k), acc[r][t]);
+      acc[r][t] = _mm256_fmadd_ps(odd, _mm256_loadu_ps(xp + t * ldx + k + 8), acc[r][t]);
+    }
   }
-  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000))));
 }
 
 // xp: de-interleaved activations, NT tokens with leading dim ldx (= K16).
@@ -126,18 +157,13 @@ EMBER_AVX2 void tile_bf16(const float* xp, int64_t ldx, int64_t K, const uint8_t
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
   }
-  for (int64_t k = 0; k < K; k += 16) {
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
     if (prefetch != nullptr) prefetch->step();
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      __m256 even, odd;
-      load16_bf16(w + r * row_bytes, k, K, &even, &odd);
-#pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        acc[r][t] = _mm256_fmadd_ps(even, _mm256_loadu_ps(xp + t * ldx + k), acc[r][t]);
-        acc[r][t] = _mm256_fmadd_ps(odd, _mm256_loadu_ps(xp + t * ldx + k + 8), acc[r][t]);
-      }
-    }
+    bf16_chunk<R, NT, false>(xp, ldx, w, row_bytes, k, K, acc);
+  }
+  if (k < K) {
+    bf16_chunk<R, NT, true>(xp, ldx, w, row_bytes, k, K, acc);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -206,7 +232,7 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
   const int64_t Kp = ldx;  // K, or K rounded up to 16 for bf16
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t rb = w.row_bytes;
-  thread_local std::vector<float> panel_buf;
+  thread_local AlignedVector<float> panel_buf;
   if constexpr (kDtype != DType::F32) {
     if (static_cast<int64_t>(panel_buf.size()) < kPanel * Kp) {
       panel_buf.resize(static_cast<size_t>(kPanel * Kp));
@@ -285,7 +311,7 @@ EMBER_AVX2 void matmul_few_tokens(const float* x, int64_t ldx, const WeightMatri
   int64_t n = row_begin;
   for (; n + R <= row_end; n += R) {
     auto prefetch = LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, steps,
-                                          /*to_l2=*/true);
+                                          /*to_l2=*/NT == 1);
     tile<kDtype, R, NT>(x, ldx, K, base + n * rb, rb, y + n, ldy,
                         kDtype == DType::F32 ? nullptr : &prefetch);
   }
@@ -336,7 +362,7 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t 
       break;
     case DType::BF16: {
       // One-off callers; the forward pass prepares once per input (matmul_bf16_prepared).
-      thread_local std::vector<float> prepared;
+      thread_local AlignedVector<float> prepared;
       const int64_t stride = bf16_activation_stride(w.n_cols);
       if (static_cast<int64_t>(prepared.size()) < T * stride) {
         prepared.resize(static_cast<size_t>(T * stride));
@@ -348,7 +374,7 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t 
     case DType::Q8_0:
     case DType::Q4_0: {
       // Quantized weights take 8-bit activations (what the dispatcher does before calling us).
-      thread_local std::vector<BlockQ8Act> xq;
+      thread_local AlignedVector<BlockQ8Act> xq;
       const size_t blocks = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
       if (xq.size() < blocks) xq.resize(blocks);
       avx2::quantize_activations(x, T, w.n_cols, xq.data());

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ember/core/aligned_vector.h"
 #include "ember/kernels/cpu/kernels_isa.h"
 
 namespace ember::cpu {
@@ -124,7 +125,7 @@ void force_isa(Isa isa) {
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
   if (dtype_is_quantized(w.dtype)) {
-    thread_local std::vector<BlockQ8Act> xq;
+    thread_local AlignedVector<BlockQ8Act> xq;
     const size_t n = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
     if (xq.size() < n) xq.resize(n);
     table().quantize_activations(x, T, w.n_cols, xq.data());
