@@ -23,6 +23,11 @@ double max_rel_diff(const float* a, const float* b, int64_t n) {
   return worst;
 }
 
+// Prefill of 16+ tokens runs the tokens-in-lanes GEMM, which sums each dot product in k order;
+// decode sums 8 lanes and reduces them: the logits differ by float reassociation only (~2e-5 on
+// stories260K). A wrong KV entry, position or mask moves them by far more than this.
+constexpr double kReassociationTolerance = 1e-4;
+
 void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int32_t>& tokens,
                                    int64_t block_size) {
   const int64_t V = w.config.vocab_size;
@@ -43,7 +48,7 @@ void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int3
     std::span<const float> row = engine.feed(inc, std::span<const int32_t>(&tokens[t], 1));
     ASSERT_EQ(row.size(), static_cast<size_t>(V));
     double diff = max_rel_diff(row.data(), prefill.data() + t * V, V);
-    EXPECT_LE(diff, 1e-5) << "token " << t;
+    EXPECT_LE(diff, kReassociationTolerance) << "token " << t;
   }
   // Mixed: prefill half, then decode the rest, sharing the step with another sequence.
   Sequence half;
@@ -57,7 +62,7 @@ void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int3
                            {&half, std::span<const int32_t>(&tokens[t], 1), false}};
     std::span<const float> rows = engine.feed(reqs);
     ASSERT_EQ(rows.size(), 2 * static_cast<size_t>(V));
-    EXPECT_LE(max_rel_diff(rows.data() + V, prefill.data() + t * V, V), 1e-5)
+    EXPECT_LE(max_rel_diff(rows.data() + V, prefill.data() + t * V, V), kReassociationTolerance)
         << "batched token " << t;
   }
   engine.release(inc);

@@ -59,7 +59,7 @@ TEST(KernelsMatmul, MatchesReferenceEveryDtypeAndIsa) {
     IsaScope scope(isa);
     for (DType dtype : kAllDtypes) {
       for (int64_t K : test_ks(dtype)) {
-        for (int64_t T : {1, 3, 4, 17, 70}) {
+        for (int64_t T : {1, 3, 4, 17, 24, 29, 70}) {  // >= 16: the token-group GEMM
           SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
                        " K=" + std::to_string(K) + " T=" + std::to_string(T));
           auto wv = random_floats(N * K, 1000 + static_cast<uint32_t>(K));
@@ -99,7 +99,8 @@ TEST(KernelsMatmul, RowSplitsAreBitIdentical) {
   }
 }
 
-// Row t of a T-token call equals a 1-token call on x[t] bit for bit, for every T.
+// Row t of a T-token call equals a 1-token call on x[t] bit for bit, for every T < 16 (the
+// kernels that keep k in the SIMD lanes).
 TEST(KernelsMatmul, BatchRowsMatchSingleTokenBitExactly) {
   const int64_t N = 29;
   for (Isa isa : supported_isas()) {
@@ -187,6 +188,64 @@ TEST(KernelsMatmul, ConcurrentRowRangesMatchOneCall) {
       }
       for (auto& th : threads) th.join();
       for (size_t i = 0; i < whole.size(); ++i) ASSERT_TRUE(same_bits(whole[i], parts[i])) << i;
+    }
+  }
+}
+
+// From 16 tokens on, float weights run the token-group GEMM: every T >= 16 gives row t the same
+// bits as any other T >= 16 (whole and partial groups alike), and stays within float reassociation
+// of the single-token result.
+TEST(KernelsMatmul, TokenGroupRowsDoNotDependOnT) {
+  const int64_t N = 41, K = 200, T_max = 45;
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype));
+      auto w = make_weights(random_floats(N * K, 41), N, K, dtype);
+      auto x = random_floats(T_max * K, 42);
+      std::vector<float> full(static_cast<size_t>(T_max * N)), part(full.size());
+      std::vector<float> single(static_cast<size_t>(N));
+      matmul(x.data(), T_max, w.view, full.data(), N, 0, N);
+      for (int64_t T : {16, 17, 24, 32, 33}) {
+        matmul(x.data(), T, w.view, part.data(), N, 0, N);
+        for (int64_t i = 0; i < T * N; ++i) {
+          ASSERT_TRUE(same_bits(part[i], full[i])) << "T=" << T << " i=" << i;
+        }
+      }
+      for (int64_t t : {0, 15, 44}) {
+        matmul(x.data() + t * K, 1, w.view, single.data(), N, 0, N);
+        for (int64_t n = 0; n < N; ++n) {
+          ASSERT_NEAR(full[t * N + n], single[n], 1e-4 * (1 + std::fabs(single[n])));
+        }
+      }
+    }
+  }
+}
+
+// Activations prepared once (in token ranges split at kPreparedTokenGrain, as the threads of the
+// forward pass do it) give matmul_prepared the bits of a plain matmul.
+TEST(KernelsMatmul, PreparedActivationsMatchPlainMatmul) {
+  const int64_t N = 30, K = 100;
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      auto w = make_weights(random_floats(N * K, 51), N, K, dtype);
+      for (int64_t T : {1, 5, 16, 37}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
+                     " T=" + std::to_string(T));
+        auto x = random_floats(T * K, 52);
+        std::vector<float> xp(static_cast<size_t>(prepared_activation_floats(dtype, T, K)), 9.0f);
+        for (int64_t b = 0; b < T; b += kPreparedTokenGrain) {  // back to front is fine too
+          prepare_activations(dtype, x.data(), T, K, b, std::min(T, b + kPreparedTokenGrain),
+                              xp.data());
+        }
+        std::vector<float> plain(static_cast<size_t>(T * N)), prepared(plain.size());
+        matmul(x.data(), T, w.view, plain.data(), N, 0, N);
+        matmul_prepared(xp.data(), T, w.view, prepared.data(), N, 0, N);
+        for (size_t i = 0; i < plain.size(); ++i) {
+          ASSERT_TRUE(same_bits(plain[i], prepared[i])) << i;
+        }
+      }
     }
   }
 }

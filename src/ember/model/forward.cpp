@@ -23,26 +23,29 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
   for (auto* w : ws) mats[n++] = w;
   n = 0;
   for (float* y : ys) outs[n++] = y;
-  bool any_quantized = false, any_bf16 = false;
+  bool any_quantized = false, any_bf16 = false, any_f32_f16 = false;
   for (int i = 0; i < n; ++i) {
     offsets[i + 1] = offsets[i] + mats[i]->n_rows;
     any_quantized = any_quantized || dtype_is_quantized(mats[i]->dtype);
     any_bf16 = any_bf16 || mats[i]->dtype == DType::BF16;
+    any_f32_f16 = any_f32_f16 || mats[i]->dtype == DType::F32 || mats[i]->dtype == DType::F16;
   }
-  // bf16 kernels read the activations in their own layout: prepare it once too.
-  if (any_bf16) {
-    const int64_t K = mats[0]->n_cols;
-    const size_t floats = static_cast<size_t>(T * cpu::bf16_activation_stride(K));
-    if (x_bf16_.size() < floats) x_bf16_.resize(floats);
-    const int64_t stride = cpu::bf16_activation_stride(K);
-    for_token_rows(T, [&](int64_t b, int64_t e) {
-      cpu::prepare_bf16_activations(x + b * K, e - b, K, x_bf16_.data() + b * stride);
-    });
-  }
+  // Float weights read the activations in the kernels' own layout (one for bf16, one for f32 and
+  // f16): prepare each once, split over threads in whole token groups.
+  const int64_t K = mats[0]->n_cols;
+  auto prepare = [&](DType dtype, AlignedVector<float>& out) {
+    const auto floats = static_cast<size_t>(cpu::prepared_activation_floats(dtype, T, K));
+    if (out.size() < floats) out.resize(floats);
+    for_token_rows(
+        T,
+        [&](int64_t b, int64_t e) { cpu::prepare_activations(dtype, x, T, K, b, e, out.data()); },
+        cpu::kPreparedTokenGrain);
+  };
+  if (any_bf16) prepare(DType::BF16, x_bf16_);
+  if (any_f32_f16) prepare(DType::F32, x_float_);
   // Quantized weights multiply 8-bit activations: quantize the shared input once, not per thread
   // and matrix.
   if (any_quantized) {
-    const int64_t K = mats[0]->n_cols;
     const size_t blocks = static_cast<size_t>(T * (K / kQuantBlock));
     if (x_q8_.size() < blocks) x_q8_.resize(blocks);
     for_token_rows(T, [&](int64_t b, int64_t e) {
@@ -58,15 +61,15 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
           if (dtype_is_quantized(mats[i]->dtype)) {
             cpu::matmul_q8(x_q8_.data(), T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i],
                            e - offsets[i]);
-          } else if (mats[i]->dtype == DType::BF16) {
-            cpu::matmul_bf16_prepared(x_bf16_.data(), T, *mats[i], outs[i], mats[i]->n_rows,
-                                      b - offsets[i], e - offsets[i]);
           } else {
-            cpu::matmul(x, T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i], e - offsets[i]);
+            const float* xp = mats[i]->dtype == DType::BF16 ? x_bf16_.data() : x_float_.data();
+            cpu::matmul_prepared(xp, T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i],
+                                 e - offsets[i]);
           }
         }
       },
-      /*grain=*/16);
+      // Multiples of 48 rows keep every tile shape whole (8, 6, 4, 3 rows; 24-row panels).
+      /*grain=*/48);
 }
 
 const std::vector<float>& ForwardPass::step(const StepInput& input) {

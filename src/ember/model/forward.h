@@ -47,14 +47,14 @@ class ForwardPass {
   // fn(t0, t1) over token rows [0, T): split across the threads when T is large enough for the
   // hand-off to pay (prefill), inline for a few tokens (decode). Row results never depend on it.
   template <typename Fn>
-  void for_token_rows(int64_t T, Fn&& fn) {
+  void for_token_rows(int64_t T, Fn&& fn, int64_t grain = 4) {
     constexpr int64_t kMinParallelRows = 16;
     if (T < kMinParallelRows) {
       fn(int64_t{0}, T);
       return;
     }
     threads_.parallel_for(
-        T, [&](int64_t b, int64_t e, int) { fn(b, e); }, /*grain=*/4);
+        T, [&](int64_t b, int64_t e, int) { fn(b, e); }, grain);
   }
   void mlp_block(const LayerWeights& lw, int64_t T);
 
@@ -72,6 +72,7 @@ class ForwardPass {
   std::vector<float> final_rows_, logits_;
   AlignedVector<cpu::BlockQ8Act> x_q8_;  // quantized matmul input, when weights are q8_0/q4_0
   AlignedVector<float> x_bf16_;          // bf16 matmul input in the kernels' layout
+  AlignedVector<float> x_float_;         // f32/f16 matmul input in the kernels' layout
 };
 
 }  // namespace ember

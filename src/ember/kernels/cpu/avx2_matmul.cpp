@@ -12,12 +12,16 @@
 //
 // Determinism: every output element has ONE accumulator that takes its FMAs in a fixed order
 // (increasing k; for bf16 even then odd chunk per 16 values) and is reduced by hsum(); the tile
-// shape only decides which elements run side by side. So y[t, n] is bit-identical for any T, row
-// range or thread.
+// shape only decides which elements run side by side. So y[t, n] is bit-identical for any T < 16,
+// row range or thread. From T = 16 on the tokens-in-lanes GEMM (avx2_matmul_token_groups.cpp) runs
+// instead: one accumulator lane per output summing k in order, bit-identical for any T >= 16; the
+// two differ by float reassociation only.
 #include <algorithm>
 #include <vector>
 
 #include "ember/core/aligned_vector.h"
+#include "ember/core/error.h"
+#include "ember/kernels/cpu/avx2_matmul_token_groups.h"
 #include "ember/kernels/cpu/avx2_prefetch.h"
 #include "ember/kernels/cpu/avx2_util.h"
 #include "ember/kernels/cpu/kernels_isa.h"
@@ -39,11 +43,7 @@ template <DType kDtype, int R, int NT>
 EMBER_AVX2 void tile_f32_f16(const float* x, int64_t ldx, int64_t K, const uint8_t* w,
                              int64_t row_bytes, float* y, int64_t ldy, LinePrefetcher* prefetch) {
   __m256 acc[R][NT];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
+  zero_accumulators(acc);
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
     if (prefetch != nullptr) prefetch->step();
@@ -75,6 +75,11 @@ EMBER_AVX2 void tile_f32_f16(const float* x, int64_t ldx, int64_t K, const uint8
 }
 
 // --- bf16: chunks of 16 against de-interleaved activations ------------------------------------
+
+// Floats per token of the prepared activations: bf16 pads K to whole chunks of 16.
+int64_t prepared_stride(DType dtype, int64_t K) {
+  return dtype == DType::BF16 ? (K + 15) / 16 * 16 : K;
+}
 
 // x [T, K] -> xp [T, K16] with K16 = K rounded up to 16: per chunk of 16, the 8 even-indexed
 // values then the 8 odd-indexed ones, zeros past K.
@@ -152,11 +157,7 @@ template <int R, int NT>
 EMBER_AVX2 void tile_bf16(const float* xp, int64_t ldx, int64_t K, const uint8_t* w,
                           int64_t row_bytes, float* y, int64_t ldy, LinePrefetcher* prefetch) {
   __m256 acc[R][NT];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
+  zero_accumulators(acc);
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
     if (prefetch != nullptr) prefetch->step();
@@ -221,9 +222,9 @@ EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows,
 
 // T > 4: panels of 24 weight rows. f16/bf16 panels are converted to f32 once per call and then
 // serve all T tokens from L2 (the conversion is paid once per >= 5 tokens); f32 rows are used in
-// place (prefetched a tile ahead on their first pass). Within a panel, token
-// blocks keep the activations in use within ~128 KiB (L2) however long K is, and each 4-row tile
-// stays in L1 while all token groups of the block pass it.
+// place (prefetched a tile ahead on their first pass). T >= 16 (x grouped): panel_lanes. T < 16:
+// token blocks keep the activations in use within ~128 KiB (L2) however long K is, and each 4-row
+// tile stays in L1 while all token groups of the block pass it.
 template <DType kDtype>
 EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const WeightMatrix& w,
                               float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
@@ -240,6 +241,7 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
   }
   // A multiple of 3 tokens whose activations fit ~128 KiB (L2).
   const int64_t token_block = std::clamp<int64_t>((128 * 1024 / (4 * Kp)) / 3 * 3, 3, 63);
+  const bool lanes = T >= kGroupTokens;  // then x is grouped: [G, Kp, 16]
   for (int64_t p = row_begin; p < row_end; p += kPanel) {
     const int64_t rows = std::min(kPanel, row_end - p);
     const float* pw;
@@ -251,6 +253,11 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
       convert_panel<kDtype>(base + p * rb, rb, rows, K, panel_buf.data(), Kp, base + row_end * rb);
       pw = panel_buf.data();
       ldw = Kp;
+    }
+    if (lanes) {
+      panel_lanes(x, T, Kp, pw, ldw, rows, y + p, ldy,
+                  kDtype == DType::F32 ? base + row_end * rb : nullptr);
+      continue;
     }
     for (int64_t t0 = 0; t0 < T; t0 += token_block) {
       const int64_t t1 = std::min(T, t0 + token_block);
@@ -338,37 +345,74 @@ EMBER_AVX2 void matmul_dtype(const float* x, int64_t ldx, int64_t T, const Weigh
 
 }  // namespace
 
-int64_t bf16_activation_stride(int64_t K) {
-  return (K + 15) / 16 * 16;
+// Prepared layout: Kp = K (f32, f16) or K rounded up to 16 (bf16, de-interleaved per 16 values);
+// T < 16: [T, Kp] token rows; T >= 16: [G, Kp, 16] token groups (group_tokens).
+int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K) {
+  const int64_t Kp = prepared_stride(dtype, K);
+  return T >= kGroupTokens ? (T + kGroupTokens - 1) / kGroupTokens * kGroupTokens * Kp : T * Kp;
 }
 
-void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp) {
-  deinterleave_activations(x, T, K, xp);
+void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
+                         int64_t token_end, float* xp) {
+  const int64_t Kp = prepared_stride(dtype, K);
+  if (T < kGroupTokens) {
+    if (dtype == DType::BF16) {
+      deinterleave_activations(x + token_begin * K, token_end - token_begin, K,
+                               xp + token_begin * Kp);
+    } else {
+      std::copy(x + token_begin * K, x + token_end * K, xp + token_begin * K);
+    }
+    return;
+  }
+  if (dtype != DType::BF16) {
+    group_tokens(x + token_begin * K, K, token_begin, token_end, K, xp);
+    return;
+  }
+  thread_local AlignedVector<float> rows;  // one group de-interleaved, then grouped
+  if (static_cast<int64_t>(rows.size()) < kGroupTokens * Kp) {
+    rows.resize(static_cast<size_t>(kGroupTokens * Kp));
+  }
+  for (int64_t t0 = token_begin; t0 < token_end; t0 += kGroupTokens) {
+    const int64_t t1 = std::min(token_end, t0 + kGroupTokens);
+    deinterleave_activations(x + t0 * K, t1 - t0, K, rows.data());
+    group_tokens(rows.data(), Kp, t0, t1, Kp, xp);
+  }
 }
 
-void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
-                          int64_t row_begin, int64_t row_end) {
-  matmul_dtype<DType::BF16>(xp, bf16_activation_stride(w.n_cols), T, w, y, ldy, row_begin, row_end);
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end) {
+  const int64_t Kp = prepared_stride(w.dtype, w.n_cols);
+  switch (w.dtype) {
+    case DType::F32:
+      return matmul_dtype<DType::F32>(xp, Kp, T, w, y, ldy, row_begin, row_end);
+    case DType::F16:
+      return matmul_dtype<DType::F16>(xp, Kp, T, w, y, ldy, row_begin, row_end);
+    case DType::BF16:
+      return matmul_dtype<DType::BF16>(xp, Kp, T, w, y, ldy, row_begin, row_end);
+    default:
+      throw Error("matmul_prepared: quantized weights take matmul_q8");
+  }
 }
 
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
   switch (w.dtype) {
     case DType::F32:
-      matmul_dtype<DType::F32>(x, w.n_cols, T, w, y, ldy, row_begin, row_end);
-      break;
     case DType::F16:
-      matmul_dtype<DType::F16>(x, w.n_cols, T, w, y, ldy, row_begin, row_end);
-      break;
     case DType::BF16: {
-      // One-off callers; the forward pass prepares once per input (matmul_bf16_prepared).
-      thread_local AlignedVector<float> prepared;
-      const int64_t stride = bf16_activation_stride(w.n_cols);
-      if (static_cast<int64_t>(prepared.size()) < T * stride) {
-        prepared.resize(static_cast<size_t>(T * stride));
+      if (w.dtype != DType::BF16 && T < kGroupTokens) {  // the kernels read x as it is
+        const int64_t K = w.n_cols;
+        if (w.dtype == DType::F32)
+          return matmul_dtype<DType::F32>(x, K, T, w, y, ldy, row_begin, row_end);
+        return matmul_dtype<DType::F16>(x, K, T, w, y, ldy, row_begin, row_end);
       }
-      deinterleave_activations(x, T, w.n_cols, prepared.data());
-      avx2::matmul_bf16_prepared(prepared.data(), T, w, y, ldy, row_begin, row_end);
+      // One-off callers; the forward pass prepares once per input (matmul_prepared).
+      thread_local AlignedVector<float> prepared;
+      const int64_t floats = prepared_activation_floats(w.dtype, T, w.n_cols);
+      if (static_cast<int64_t>(prepared.size()) < floats)
+        prepared.resize(static_cast<size_t>(floats));
+      prepare_activations(w.dtype, x, T, w.n_cols, 0, T, prepared.data());
+      avx2::matmul_prepared(prepared.data(), T, w, y, ldy, row_begin, row_end);
       break;
     }
     case DType::Q8_0:

@@ -63,11 +63,7 @@ template <DType kDtype, int R, int NT>
 EMBER_AVX2 void tile(const BlockQ8Act* xq, int64_t nb, const uint8_t* w, int64_t row_bytes,
                      float* y, int64_t ldy, LinePrefetcher* prefetch) {
   __m256 acc[R][NT];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
+  zero_accumulators(acc);
   for (int64_t b = 0; b < nb; ++b) {
     if (prefetch != nullptr) prefetch->step();
     __m256i xv[NT], x_offset[NT];

@@ -15,6 +15,16 @@
 
 namespace ember::cpu::avx2 {
 
+// A tile's accumulators to zero (fully unrolled: they must stay in registers).
+template <int R, int C>
+EMBER_AVX2_INLINE void zero_accumulators(__m256 (&acc)[R][C]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+}
+
 // Sum of the 8 lanes, always in the same order: (lo128 + hi128), then pairs, then the last two.
 // Every kernel that promises bit-identical results reduces through this one function.
 EMBER_AVX2_INLINE float hsum(__m256 v) {

@@ -28,9 +28,9 @@ constexpr KernelTable kScalarTable = {
     scalar::attention_tokens,
     scalar::quantize_activations,
     scalar::matmul_q8,
-    scalar::bf16_activation_stride,
-    scalar::prepare_bf16_activations,
-    scalar::matmul_bf16_prepared,
+    scalar::prepared_activation_floats,
+    scalar::prepare_activations,
+    scalar::matmul_prepared,
 };
 
 constexpr KernelTable kAvx2Table = {
@@ -45,9 +45,9 @@ constexpr KernelTable kAvx2Table = {
     avx2::attention_tokens,
     avx2::quantize_activations,
     avx2::matmul_q8,
-    avx2::bf16_activation_stride,
-    avx2::prepare_bf16_activations,
-    avx2::matmul_bf16_prepared,
+    avx2::prepared_activation_floats,
+    avx2::prepare_activations,
+    avx2::matmul_prepared,
 };
 
 bool cpu_has_avx2() {
@@ -135,17 +135,18 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t 
   table().matmul(x, T, w, y, ldy, row_begin, row_end);
 }
 
-int64_t bf16_activation_stride(int64_t K) {
-  return table().bf16_activation_stride(K);
+int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K) {
+  return table().prepared_activation_floats(dtype, T, K);
 }
 
-void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp) {
-  table().prepare_bf16_activations(x, T, K, xp);
+void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
+                         int64_t token_end, float* xp) {
+  table().prepare_activations(dtype, x, T, K, token_begin, token_end, xp);
 }
 
-void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
-                          int64_t row_begin, int64_t row_end) {
-  table().matmul_bf16_prepared(xp, T, w, y, ldy, row_begin, row_end);
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end) {
+  table().matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
 }
 
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out) {

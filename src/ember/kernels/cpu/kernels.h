@@ -4,8 +4,11 @@
 // avx2|avx512 forces one (a forced ISA the CPU lacks falls back to the best available with a
 // warning).
 //
-// Determinism contract (the KV-cache test depends on it): each output element's value depends only
-// on its own inputs, never on T, on which row range a call covers, or on the thread that runs it.
+// Determinism contract: each output element's value depends only on its own inputs, never on which
+// row range a call covers or on the thread that runs it. Quantized matmuls and attention do not
+// depend on T either. Float-weight matmuls use one summation order for T < 16 (the decode kernels)
+// and another for T >= 16 (the GEMM): within each range results do not depend on T; across them
+// they differ by float reassociation only.
 #pragma once
 
 #include <cstdint>
@@ -52,15 +55,19 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end);
 
-// bf16 matmuls may read their activations in a layout of their own (the AVX2 kernels: per 16
-// values, the 8 even ones then the 8 odd ones, zero-padded). A caller that splits one bf16 matmul
-// over threads, or multiplies one input by several bf16 matrices, prepares the input once:
-// bf16_activation_stride(K) floats per token, prepare_bf16_activations() fills xp [T, stride], and
-// matmul_bf16_prepared(xp, ...) equals matmul(x, ...) on a bf16 matrix bit for bit.
-int64_t bf16_activation_stride(int64_t K);
-void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp);
-void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
-                          int64_t row_begin, int64_t row_end);
+// Float-weight matmuls (f32, f16, bf16) may read their activations in a layout of their own (the
+// AVX2 kernels: bf16 inputs de-interleaved per 16 values; for T >= 16, 16 tokens side by side for
+// every k). A caller that splits one matmul over threads, or multiplies one input by several
+// matrices, prepares the input once: xp holds prepared_activation_floats(dtype, T, K) floats;
+// prepare_activations() fills the part for tokens [token_begin, token_end) (token_begin a multiple
+// of kPreparedTokenGrain, so threads can split the work), and matmul_prepared(xp, ...) on a matrix
+// of that dtype equals matmul(x, ...) bit for bit. f32 and f16 share one layout.
+constexpr int64_t kPreparedTokenGrain = 16;
+int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
+void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
+                         int64_t token_end, float* xp);
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end);
 
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, x/y: [T, D] (may alias).
 void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps);

@@ -26,10 +26,11 @@ struct KernelTable {
   void (*quantize_activations)(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
   void (*matmul_q8)(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                     int64_t row_begin, int64_t row_end);
-  int64_t (*bf16_activation_stride)(int64_t K);
-  void (*prepare_bf16_activations)(const float* x, int64_t T, int64_t K, float* xp);
-  void (*matmul_bf16_prepared)(const float* xp, int64_t T, const WeightMatrix& w, float* y,
-                               int64_t ldy, int64_t row_begin, int64_t row_end);
+  int64_t (*prepared_activation_floats)(DType dtype, int64_t T, int64_t K);
+  void (*prepare_activations)(DType dtype, const float* x, int64_t T, int64_t K,
+                              int64_t token_begin, int64_t token_end, float* xp);
+  void (*matmul_prepared)(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                          int64_t row_begin, int64_t row_end);
 };
 
 namespace scalar {
@@ -46,10 +47,11 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
                       float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
-int64_t bf16_activation_stride(int64_t K);
-void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp);
-void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
-                          int64_t row_begin, int64_t row_end);
+int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
+void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
+                         int64_t token_end, float* xp);
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end);
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end);
 }  // namespace scalar
@@ -69,10 +71,11 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
                       float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
-int64_t bf16_activation_stride(int64_t K);
-void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp);
-void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
-                          int64_t row_begin, int64_t row_end);
+int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
+void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
+                         int64_t token_end, float* xp);
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end);
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end);
 }  // namespace avx2

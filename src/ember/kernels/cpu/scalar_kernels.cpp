@@ -151,17 +151,18 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
   }
 }
 
-// The scalar matmul reads bf16 activations as they are.
-int64_t bf16_activation_stride(int64_t K) {
-  return K;
+// The scalar matmul reads activations as they are: the prepared layout is a copy of x [T, K].
+int64_t prepared_activation_floats(DType /*dtype*/, int64_t T, int64_t K) {
+  return T * K;
 }
 
-void prepare_bf16_activations(const float* x, int64_t T, int64_t K, float* xp) {
-  std::copy(x, x + T * K, xp);
+void prepare_activations(DType /*dtype*/, const float* x, int64_t /*T*/, int64_t K,
+                         int64_t token_begin, int64_t token_end, float* xp) {
+  std::copy(x + token_begin * K, x + token_end * K, xp + token_begin * K);
 }
 
-void matmul_bf16_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
-                          int64_t row_begin, int64_t row_end) {
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end) {
   scalar::matmul(xp, T, w, y, ldy, row_begin, row_end);
 }
 
