@@ -125,11 +125,9 @@ TEST(KernelsMatmul, BatchRowsMatchSingleTokenBitExactly) {
   }
 }
 
-// Quantized weights are expanded to exact f32 values, so a q8_0/q4_0 matmul equals the f32
-// matmul on the dequantized matrix bit for bit (same ISA).
-// Quantized weights multiply 8-bit activations: the result equals the f32 product of the
-// dequantized weights and the dequantized activations (up to float summation order), and stays
-// within the activation quantization error of the plain f32 product.
+// Below kGemmMinTokens quantized weights multiply 8-bit activations: the result equals the f32
+// product of the dequantized weights and the dequantized activations (up to float summation
+// order), and stays within the activation quantization error of the plain f32 product.
 TEST(KernelsMatmul, QuantizedEqualsF32OnDequantizedWeightsAndActivations) {
   const int64_t N = 19, K = 576, T = 6;
   for (Isa isa : supported_isas()) {
@@ -168,6 +166,32 @@ TEST(KernelsMatmul, QuantizedEqualsF32OnDequantizedWeightsAndActivations) {
   }
 }
 
+// From kGemmMinTokens on quantized weights are expanded to exact f32 values and run the float GEMM
+// on f32 activations: a q8_0/q4_0 matmul equals the f32 matmul on the dequantized matrix bit for
+// bit (same ISA), and the 8-bit activation error is gone.
+TEST(KernelsMatmul, QuantizedGemmEqualsF32OnDequantizedWeights) {
+  const int64_t N = 43, K = 576;
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
+      auto q = make_weights(random_floats(N * K, 23), N, K, dtype);
+      std::vector<float> deq(static_cast<size_t>(N * K));
+      for (int64_t n = 0; n < N; ++n) ref::dequantize_row(q.view, n, deq.data() + n * K);
+      auto f = make_weights(deq, N, K, DType::F32);
+      for (int64_t T : {kGemmMinTokens, kGemmMinTokens + 5, int64_t{64}}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
+                     " T=" + std::to_string(T));
+        ASSERT_FALSE(uses_8bit_activations(dtype, T));
+        auto x = random_floats(T * K, 24);
+        std::vector<float> yq(static_cast<size_t>(T * N)), yf(yq.size());
+        matmul(x.data(), T, q.view, yq.data(), N, 0, N);
+        matmul(x.data(), T, f.view, yf.data(), N, 0, N);
+        for (size_t i = 0; i < yq.size(); ++i) ASSERT_TRUE(same_bits(yq[i], yf[i])) << i;
+      }
+    }
+  }
+}
+
 // Several threads on disjoint row ranges of one output (as the model calls it) match one call.
 TEST(KernelsMatmul, ConcurrentRowRangesMatchOneCall) {
   const int64_t N = 301, K = 576, T = 7;
@@ -192,15 +216,17 @@ TEST(KernelsMatmul, ConcurrentRowRangesMatchOneCall) {
   }
 }
 
-// From 16 tokens on, float weights run the token-group GEMM: every T >= 16 gives row t the same
-// bits as any other T >= 16 (whole and partial groups alike), and stays within float reassociation
-// of the single-token result.
+// From 16 tokens on, every weight dtype runs the token-group GEMM: every T >= 16 gives row t the
+// same bits as any other T >= 16 (whole and partial groups alike), and stays within float
+// reassociation of the single-token result (quantized weights: within the 8-bit activation error,
+// which the single-token call has and the GEMM has not).
 TEST(KernelsMatmul, TokenGroupRowsDoNotDependOnT) {
-  const int64_t N = 41, K = 200, T_max = 45;
+  const int64_t N = 41, T_max = 45;
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
-    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (DType dtype : kAllDtypes) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype));
+      const int64_t K = dtype_is_quantized(dtype) ? 192 : 200;
       auto w = make_weights(random_floats(N * K, 41), N, K, dtype);
       auto x = random_floats(T_max * K, 42);
       std::vector<float> full(static_cast<size_t>(T_max * N)), part(full.size());
@@ -212,10 +238,25 @@ TEST(KernelsMatmul, TokenGroupRowsDoNotDependOnT) {
           ASSERT_TRUE(same_bits(part[i], full[i])) << "T=" << T << " i=" << i;
         }
       }
+      std::vector<float> row(static_cast<size_t>(K));
       for (int64_t t : {0, 15, 44}) {
         matmul(x.data() + t * K, 1, w.view, single.data(), N, 0, N);
+        const float* xt = x.data() + t * K;
         for (int64_t n = 0; n < N; ++n) {
-          ASSERT_NEAR(full[t * N + n], single[n], 1e-4 * (1 + std::fabs(single[n])));
+          // 8-bit activations move each x_k by at most half a step, max|x of its block| / 254.
+          double activation_error = 0.0;
+          if (dtype_is_quantized(dtype)) {
+            ref::dequantize_row(w.view, n, row.data());
+            for (int64_t k = 0; k < K; ++k) {
+              float block_max = 0.0f;
+              for (int64_t i = k / 32 * 32; i < k / 32 * 32 + 32; ++i)
+                block_max = std::max(block_max, std::fabs(xt[i]));
+              activation_error += std::fabs(row[k]) * block_max / 254.0;
+            }
+          }
+          ASSERT_NEAR(full[t * N + n], single[n],
+                      activation_error + 1e-4 * (1 + std::fabs(single[n])))
+              << "t=" << t << " n=" << n;
         }
       }
     }
@@ -225,10 +266,11 @@ TEST(KernelsMatmul, TokenGroupRowsDoNotDependOnT) {
 // Activations prepared once (in token ranges split at kPreparedTokenGrain, as the threads of the
 // forward pass do it) give matmul_prepared the bits of a plain matmul.
 TEST(KernelsMatmul, PreparedActivationsMatchPlainMatmul) {
-  const int64_t N = 30, K = 100;
+  const int64_t N = 30;
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
-    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (DType dtype : kAllDtypes) {
+      const int64_t K = dtype_is_quantized(dtype) ? 96 : 100;
       auto w = make_weights(random_floats(N * K, 51), N, K, dtype);
       for (int64_t T : {1, 5, 16, 37}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +

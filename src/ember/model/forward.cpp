@@ -23,15 +23,18 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
   for (auto* w : ws) mats[n++] = w;
   n = 0;
   for (float* y : ys) outs[n++] = y;
-  bool any_quantized = false, any_bf16 = false, any_f32_f16 = false;
+  bool any_8bit = false, any_bf16 = false, any_f32_layout = false;
   for (int i = 0; i < n; ++i) {
     offsets[i + 1] = offsets[i] + mats[i]->n_rows;
-    any_quantized = any_quantized || dtype_is_quantized(mats[i]->dtype);
-    any_bf16 = any_bf16 || mats[i]->dtype == DType::BF16;
-    any_f32_f16 = any_f32_f16 || mats[i]->dtype == DType::F32 || mats[i]->dtype == DType::F16;
+    const DType dtype = mats[i]->dtype;
+    const bool eight_bit = cpu::uses_8bit_activations(dtype, T);
+    any_8bit = any_8bit || eight_bit;
+    any_bf16 = any_bf16 || dtype == DType::BF16;
+    any_f32_layout = any_f32_layout || (dtype != DType::BF16 && !eight_bit);
   }
-  // Float weights read the activations in the kernels' own layout (one for bf16, one for f32 and
-  // f16): prepare each once, split over threads in whole token groups.
+  // Float weights (and quantized ones from kGemmMinTokens tokens on) read the activations in the
+  // kernels' own layout (one for bf16, one for the rest): prepare each once, split over threads in
+  // whole token groups.
   const int64_t K = mats[0]->n_cols;
   auto prepare = [&](DType dtype, AlignedVector<float>& out) {
     const auto floats = static_cast<size_t>(cpu::prepared_activation_floats(dtype, T, K));
@@ -42,10 +45,10 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
         cpu::kPreparedTokenGrain);
   };
   if (any_bf16) prepare(DType::BF16, x_bf16_);
-  if (any_f32_f16) prepare(DType::F32, x_float_);
-  // Quantized weights multiply 8-bit activations: quantize the shared input once, not per thread
-  // and matrix.
-  if (any_quantized) {
+  if (any_f32_layout) prepare(DType::F32, x_float_);
+  // Quantized weights below kGemmMinTokens multiply 8-bit activations: quantize the shared input
+  // once, not per thread and matrix.
+  if (any_8bit) {
     const size_t blocks = static_cast<size_t>(T * (K / kQuantBlock));
     if (x_q8_.size() < blocks) x_q8_.resize(blocks);
     for_token_rows(T, [&](int64_t b, int64_t e) {
@@ -58,7 +61,7 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
         for (int i = 0; i < n; ++i) {
           int64_t b = std::max(begin, offsets[i]), e = std::min(end, offsets[i + 1]);
           if (b >= e) continue;
-          if (dtype_is_quantized(mats[i]->dtype)) {
+          if (cpu::uses_8bit_activations(mats[i]->dtype, T)) {
             cpu::matmul_q8(x_q8_.data(), T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i],
                            e - offsets[i]);
           } else {

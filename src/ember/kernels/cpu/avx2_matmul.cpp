@@ -1,5 +1,7 @@
-// AVX2 matmul y[t, n] = sum_k x[t, k] * W[n, k] for float weights (f32, f16, bf16). Quantized
-// weights never come here: the dispatcher sends them to matmul_q8 (avx2_matmul_q8.cpp).
+// AVX2 matmul y[t, n] = sum_k x[t, k] * W[n, k] for float weights (f32, f16, bf16), and for
+// quantized weights (q8_0, q4_0) from kGemmMinTokens tokens on: their panels are dequantized to
+// f32 and run the float GEMM. Below that they take 8-bit activations (matmul_q8,
+// avx2_matmul_q8.cpp).
 //
 // Work is cut into tiles of R weight rows x NT tokens. In a tile each weight chunk is loaded (and
 // converted to f32) once and used for NT tokens, and each activation chunk once for R rows.
@@ -28,6 +30,8 @@
 
 namespace ember::cpu::avx2 {
 namespace {
+
+static_assert(kGroupTokens == kGemmMinTokens, "the token-group GEMM is the kGemmMinTokens path");
 
 // --- f32 / f16: chunks of 8 along k, the last one zero-padded -------------------------------
 
@@ -190,11 +194,31 @@ EMBER_AVX2_INLINE void tile(const float* x, int64_t ldx, int64_t K, const uint8_
 // padded to ldw = K rounded up to 16 (matching the de-interleaved activations). Running the plain
 // f32 tile over this gives every output the same FMA sequence as the T = 1 kernel, so results stay
 // bit-identical across T.
+// q8_0 / q4_0 are dequantized (exactly: d * q) in element order, ldw = K.
 // The raw rows are one contiguous span, read once: it is prefetched a few KiB ahead (up to
 // `limit`).
 template <DType kDtype>
 EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t K,
                               float* out, int64_t ldw, const uint8_t* limit) {
+  if constexpr (kDtype == DType::Q8_0 || kDtype == DType::Q4_0) {
+    const int64_t blocks = K / kQuantBlock;
+    auto prefetch = LinePrefetcher::ahead(w, rows * row_bytes, limit, rows * blocks, true);
+    for (int64_t i = 0; i < rows; ++i) {
+      const uint8_t* row = w + i * row_bytes;
+      float* o = out + i * ldw;
+      for (int64_t b = 0; b < blocks; ++b) {
+        prefetch.step();
+        __m256 v[4];
+        if constexpr (kDtype == DType::Q8_0) {
+          load_block_q8_0(reinterpret_cast<const BlockQ8_0*>(row) + b, v);
+        } else {
+          load_block_q4_0(reinterpret_cast<const BlockQ4_0*>(row) + b, v);
+        }
+        for (int c = 0; c < 4; ++c) _mm256_storeu_ps(o + b * kQuantBlock + 8 * c, v[c]);
+      }
+    }
+    return;
+  }
   constexpr int64_t kStep = kDtype == DType::BF16 ? 16 : 8;
   auto prefetch =
       LinePrefetcher::ahead(w, rows * row_bytes, limit, rows * ((K + kStep - 1) / kStep), true);
@@ -220,8 +244,9 @@ EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows,
   }
 }
 
-// T > 4: panels of 24 weight rows. f16/bf16 panels are converted to f32 once per call and then
-// serve all T tokens from L2 (the conversion is paid once per >= 5 tokens); f32 rows are used in
+// T > 4: panels of 24 weight rows. f16/bf16 panels are converted (q8_0/q4_0 panels dequantized,
+// T >= 16 only) to f32 once per call and then serve all T tokens from L2 (the conversion is paid
+// once per >= 5 tokens); f32 rows are used in
 // place (prefetched a tile ahead on their first pass). T >= 16 (x grouped): panel_lanes. T < 16:
 // token blocks keep the activations in use within ~128 KiB (L2) however long K is, and each 4-row
 // tile stays in L1 while all token groups of the block pass it.
@@ -389,43 +414,39 @@ void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y
       return matmul_dtype<DType::F16>(xp, Kp, T, w, y, ldy, row_begin, row_end);
     case DType::BF16:
       return matmul_dtype<DType::BF16>(xp, Kp, T, w, y, ldy, row_begin, row_end);
-    default:
-      throw Error("matmul_prepared: quantized weights take matmul_q8");
+    case DType::Q8_0:
+    case DType::Q4_0:
+      // Below kGemmMinTokens the prepared layout is x itself: 8-bit activations, as in matmul().
+      if (T < kGemmMinTokens) return avx2::matmul(xp, T, w, y, ldy, row_begin, row_end);
+      if (w.dtype == DType::Q8_0)
+        return matmul_panels<DType::Q8_0>(xp, Kp, T, w, y, ldy, row_begin, row_end);
+      return matmul_panels<DType::Q4_0>(xp, Kp, T, w, y, ldy, row_begin, row_end);
   }
 }
 
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
-  switch (w.dtype) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16: {
-      if (w.dtype != DType::BF16 && T < kGroupTokens) {  // the kernels read x as it is
-        const int64_t K = w.n_cols;
-        if (w.dtype == DType::F32)
-          return matmul_dtype<DType::F32>(x, K, T, w, y, ldy, row_begin, row_end);
-        return matmul_dtype<DType::F16>(x, K, T, w, y, ldy, row_begin, row_end);
-      }
-      // One-off callers; the forward pass prepares once per input (matmul_prepared).
-      thread_local AlignedVector<float> prepared;
-      const int64_t floats = prepared_activation_floats(w.dtype, T, w.n_cols);
-      if (static_cast<int64_t>(prepared.size()) < floats)
-        prepared.resize(static_cast<size_t>(floats));
-      prepare_activations(w.dtype, x, T, w.n_cols, 0, T, prepared.data());
-      avx2::matmul_prepared(prepared.data(), T, w, y, ldy, row_begin, row_end);
-      break;
-    }
-    case DType::Q8_0:
-    case DType::Q4_0: {
-      // Quantized weights take 8-bit activations (what the dispatcher does before calling us).
-      thread_local AlignedVector<BlockQ8Act> xq;
-      const size_t blocks = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
-      if (xq.size() < blocks) xq.resize(blocks);
-      avx2::quantize_activations(x, T, w.n_cols, xq.data());
-      avx2::matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);
-      break;
-    }
+  if (uses_8bit_activations(w.dtype, T)) {
+    // Quantized weights take 8-bit activations (what the dispatcher does before calling us).
+    thread_local AlignedVector<BlockQ8Act> xq;
+    const size_t blocks = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
+    if (xq.size() < blocks) xq.resize(blocks);
+    avx2::quantize_activations(x, T, w.n_cols, xq.data());
+    avx2::matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);
+    return;
   }
+  if ((w.dtype == DType::F32 || w.dtype == DType::F16) && T < kGroupTokens) {
+    // The kernels read x as it is.
+    if (w.dtype == DType::F32)
+      return matmul_dtype<DType::F32>(x, w.n_cols, T, w, y, ldy, row_begin, row_end);
+    return matmul_dtype<DType::F16>(x, w.n_cols, T, w, y, ldy, row_begin, row_end);
+  }
+  // One-off callers; the forward pass prepares once per input (matmul_prepared).
+  thread_local AlignedVector<float> prepared;
+  const int64_t floats = prepared_activation_floats(w.dtype, T, w.n_cols);
+  if (static_cast<int64_t>(prepared.size()) < floats) prepared.resize(static_cast<size_t>(floats));
+  prepare_activations(w.dtype, x, T, w.n_cols, 0, T, prepared.data());
+  avx2::matmul_prepared(prepared.data(), T, w, y, ldy, row_begin, row_end);
 }
 
 }  // namespace ember::cpu::avx2

@@ -124,7 +124,7 @@ void force_isa(Isa isa) {
 
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
-  if (dtype_is_quantized(w.dtype)) {
+  if (uses_8bit_activations(w.dtype, T)) {
     thread_local AlignedVector<BlockQ8Act> xq;
     const size_t n = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
     if (xq.size() < n) xq.resize(n);
@@ -146,6 +146,8 @@ void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int6
 
 void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                      int64_t row_begin, int64_t row_end) {
+  // Below kGemmMinTokens quantized weights take x as it is (the prepared layout) and quantize it.
+  if (uses_8bit_activations(w.dtype, T)) return matmul(xp, T, w, y, ldy, row_begin, row_end);
   table().matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
 }
 
