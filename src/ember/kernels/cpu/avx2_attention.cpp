@@ -42,57 +42,51 @@ EMBER_AVX2_INLINE float dot(const float* q, const float* k, int64_t hd, __m256i 
   return hsum(_mm256_add_ps(a0, a1));
 }
 
-// q . k_i for 4 keys at once: one accumulator per key, then a reduction of all four together
-// (hadd tree) instead of four separate horizontal sums. Returns the 4 dot products.
-EMBER_AVX2_INLINE __m128 dot4(const float* q, const float* k, int64_t stride, int64_t hd,
-                              __m256i mask) {
-  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                 _mm256_setzero_ps()};
+// Per-lane partial sums of q . k_i for N keys (rows k + i * stride): one accumulator per key.
+template <int N>
+EMBER_AVX2_INLINE void key_partials(const float* q, const float* k, int64_t stride, int64_t hd,
+                                    __m256i mask, __m256 (&a)[N]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) a[i] = _mm256_setzero_ps();
   int64_t d = 0;
   for (; d + 8 <= hd; d += 8) {
     const __m256 qv = _mm256_loadu_ps(q + d);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i)
       a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i * stride + d), a[i]);
   }
   if (d < hd) {
     const __m256 qv = _mm256_maskload_ps(q + d, mask);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
       a[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * stride + d, mask), a[i]);
     }
   }
-  // hadd(a0, a1) = [a0 pairs, a1 pairs] per 128-bit lane; two levels give, per lane half, the
-  // four partial sums in order; adding the halves completes them.
-  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+}
+
+// hadd(a0, a1) = [a0 pairs, a1 pairs] per 128-bit half; two levels give, per half, the partial
+// sums of 4 keys in order; adding the halves completes them.
+EMBER_AVX2_INLINE __m256 hadd_tree4(const __m256* a) {
+  return _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+}
+
+// q . k_i for 4 keys at once, reduced together instead of by four separate horizontal sums.
+EMBER_AVX2_INLINE __m128 dot4(const float* q, const float* k, int64_t stride, int64_t hd,
+                              __m256i mask) {
+  __m256 a[4];
+  key_partials<4>(q, k, stride, hd, mask, a);
+  const __m256 h = hadd_tree4(a);
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 // q . k_i for 8 keys at once: 8 independent FMA chains (dot4's 4 chains wait on the FMA latency),
-// each key's sum bit-identical to dot4's (same per-lane accumulation, same hadd tree; the two
-// halves of 4 keys are then completed side by side).
+// each key's sum bit-identical to dot4's (same partials, same tree; the halves of keys 0-3 and
+// 4-7 are then completed side by side).
 EMBER_AVX2_INLINE __m256 dot8(const float* q, const float* k, int64_t stride, int64_t hd,
                               __m256i mask) {
   __m256 a[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 8 <= hd; d += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + d);
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i)
-      a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i * stride + d), a[i]);
-  }
-  if (d < hd) {
-    const __m256 qv = _mm256_maskload_ps(q + d, mask);
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      a[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * stride + d, mask), a[i]);
-    }
-  }
-  // Per 128-bit half: keys 0-3 in h0123, keys 4-7 in h4567 (as in dot4); low + high completes them.
-  const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  key_partials<8>(q, k, stride, hd, mask, a);
+  const __m256 h0123 = hadd_tree4(a), h4567 = hadd_tree4(a + 4);
   return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
                        _mm256_permute2f128_ps(h0123, h4567, 0x31));
 }
