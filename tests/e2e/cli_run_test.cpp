@@ -1,6 +1,7 @@
 // `ember run` end to end on the real stories260K model, from both of its formats.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -46,6 +47,26 @@ TEST(CliRun, GreedyStories260KFromLlama2cBin) {
                         test::shell_quote(tok.string()));
   // tok512.bin beside the model is found without --tokenizer.
   expect_greedy_matches("-m " + test::shell_quote(model.string()));
+}
+
+// The whole greedy test with each kernel set forced through EMBER_ISA (avx512 falls back, with a
+// warning, to the best set this CPU runs; scalar is the portable reference path).
+TEST(CliRun, GreedyStories260KWithEachIsaForced) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    SCOPED_TRACE(std::string("EMBER_ISA=") + isa);
+    ::setenv("EMBER_ISA", isa, 1);
+    expect_greedy_matches("-m " + test::shell_quote(model.string()));
+    auto bench = test::run_ember("bench -m " + test::shell_quote(model.string()) +
+                                 " -p 8 -n 4 -r 1 -t 1 --json");
+    ::unsetenv("EMBER_ISA");
+    ASSERT_EQ(bench.exit_code, 0) << bench.err;
+    EXPECT_EQ(bench.err.find("unknown EMBER_ISA"), std::string::npos) << bench.err;
+    if (std::string(isa) == "scalar") {  // the forced set is the one that ran
+      EXPECT_NE(bench.out.find("\"isa\": \"scalar\""), std::string::npos) << bench.out;
+    }
+  }
 }
 
 TEST(CliRun, GreedyIsTheSameForEveryThreadCount) {
