@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "ember/core/aligned_vector.h"
-#include "ember/core/error.h"
 #include "ember/kernels/cpu/avx2_matmul_token_groups.h"
 #include "ember/kernels/cpu/avx2_prefetch.h"
 #include "ember/kernels/cpu/avx2_util.h"
@@ -246,10 +245,10 @@ EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows,
 
 // T > 4: panels of 24 weight rows. f16/bf16 panels are converted (q8_0/q4_0 panels dequantized,
 // T >= 16 only) to f32 once per call and then serve all T tokens from L2 (the conversion is paid
-// once per >= 5 tokens); f32 rows are used in
-// place (prefetched a tile ahead on their first pass). T >= 16 (x grouped): panel_lanes. T < 16:
-// token blocks keep the activations in use within ~128 KiB (L2) however long K is, and each 4-row
-// tile stays in L1 while all token groups of the block pass it.
+// once per >= 5 tokens); f32 rows are used in place (prefetched a tile ahead on their first
+// pass). T >= 16 (x grouped): panel_lanes. T < 16: token blocks keep the activations in use within
+// ~128 KiB (L2) however long K is, and each 4-row tile stays in L1 while all token groups of the
+// block pass it.
 template <DType kDtype>
 EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const WeightMatrix& w,
                               float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
@@ -427,7 +426,7 @@ void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
   if (uses_8bit_activations(w.dtype, T)) {
-    // Quantized weights take 8-bit activations (what the dispatcher does before calling us).
+    // Quantized weights below kGemmMinTokens take 8-bit activations (see kernels.h).
     thread_local AlignedVector<BlockQ8Act> xq;
     const size_t blocks = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
     if (xq.size() < blocks) xq.resize(blocks);

@@ -10,7 +10,6 @@
 #include <string_view>
 #include <vector>
 
-#include "ember/core/aligned_vector.h"
 #include "ember/kernels/cpu/kernels_isa.h"
 
 namespace ember::cpu {
@@ -124,14 +123,8 @@ void force_isa(Isa isa) {
 
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
-  if (uses_8bit_activations(w.dtype, T)) {
-    thread_local AlignedVector<BlockQ8Act> xq;
-    const size_t n = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
-    if (xq.size() < n) xq.resize(n);
-    table().quantize_activations(x, T, w.n_cols, xq.data());
-    table().matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);
-    return;
-  }
+  // Each ISA's matmul covers every dtype itself (8-bit activations for quantized weights below
+  // kGemmMinTokens included).
   table().matmul(x, T, w, y, ldy, row_begin, row_end);
 }
 
@@ -146,8 +139,6 @@ void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int6
 
 void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                      int64_t row_begin, int64_t row_end) {
-  // Below kGemmMinTokens quantized weights take x as it is (the prepared layout) and quantize it.
-  if (uses_8bit_activations(w.dtype, T)) return matmul(xp, T, w, y, ldy, row_begin, row_end);
   table().matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
 }
 
