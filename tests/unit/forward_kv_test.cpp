@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "ember/engine/engine.h"
@@ -203,6 +204,50 @@ TEST(ForwardKv, QuantizedWeightsStayCloseToF32OnStories260K) {
   EXPECT_NEAR(perplexity(DType::BF16), f32, 0.02 * f32);
   EXPECT_NEAR(perplexity(DType::Q8_0), f32, 0.02 * f32);
   EXPECT_NEAR(perplexity(DType::Q4_0), f32, 0.25 * f32);
+}
+
+// The loader interleaves q8_0/q4_0 matrices 8 rows at a time (--no-interleave keeps the file's
+// blocks). Prefill (>= 16 tokens) dequantizes either layout exactly: the same logits bit for bit.
+// Decode runs a different kernel per layout (exact integer block dots vs 8 float lanes per row):
+// float reassociation apart, the same logits.
+TEST(ForwardKv, InterleavedQuantizedWeightsMatchTheFileLayout) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 24; ++i) tokens.push_back(1 + (i * 53) % 500);
+  for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<float> prefill[2], decode[2];
+    for (int interleave = 0; interleave < 2; ++interleave) {
+      LoadOptions o;
+      o.path = path.string();
+      o.dtype = dtype;
+      o.load_tokenizer = false;
+      o.interleave_quantized = interleave == 1;
+      LoadedModel m = load_model(o);
+      ASSERT_EQ(m.weights.layers[0].wq.layout,
+                interleave == 1 ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows);
+      EngineOptions eo;
+      eo.n_threads = 2;
+      Engine engine(m.weights, eo);
+      Sequence whole, stepwise;
+      auto z = engine.feed(whole, tokens, /*all_logits=*/true);
+      prefill[interleave].assign(z.begin(), z.end());
+      for (int32_t token : tokens) {
+        auto row = engine.feed(stepwise, std::span<const int32_t>(&token, 1));
+        decode[interleave].insert(decode[interleave].end(), row.begin(), row.end());
+      }
+    }
+    ASSERT_EQ(prefill[0].size(), prefill[1].size());
+    EXPECT_EQ(std::memcmp(prefill[0].data(), prefill[1].data(), prefill[0].size() * sizeof(float)),
+              0);
+    ASSERT_EQ(decode[0].size(), decode[1].size());
+    EXPECT_LE(
+        max_rel_diff(decode[1].data(), decode[0].data(), static_cast<int64_t>(decode[0].size())),
+        kReassociationTolerance);
+    // Not trivially equal: the two decode kernels do sum differently.
+    EXPECT_NE(std::memcmp(decode[0].data(), decode[1].data(), decode[0].size() * sizeof(float)), 0);
+  }
 }
 
 }  // namespace

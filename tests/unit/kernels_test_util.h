@@ -11,6 +11,7 @@
 #include "ember/core/dtype.h"
 #include "ember/kernels/cpu/kernels.h"
 #include "ember/kernels/cpu/quantize.h"
+#include "ember/kernels/cpu/weight_layout.h"
 
 namespace ember::test {
 
@@ -29,15 +30,19 @@ struct OwnedWeights {
   cpu::WeightMatrix view;
 };
 
+// Interleaved8 (q8_0/q4_0 only) converts in the Rows layout, then interleaves in place, as the
+// loader does.
 inline OwnedWeights make_weights(const std::vector<float>& values, int64_t n_rows, int64_t n_cols,
-                                 DType dtype) {
+                                 DType dtype, cpu::WeightLayout layout = cpu::WeightLayout::Rows) {
   OwnedWeights w;
   const int64_t row_bytes = dtype_row_bytes(dtype, n_cols);
-  w.bytes.resize(static_cast<size_t>(row_bytes * n_rows));
+  w.bytes.resize(static_cast<size_t>(cpu::weight_matrix_bytes(dtype, n_rows, n_cols, layout)));
   for (int64_t r = 0; r < n_rows; ++r) {
     cpu::convert_row(values.data() + r * n_cols, dtype, w.bytes.data() + r * row_bytes, n_cols);
   }
   w.view = {dtype, w.bytes.data(), n_rows, n_cols, row_bytes};
+  if (layout == cpu::WeightLayout::Interleaved8)
+    w.view = cpu::interleave_rows(w.view, w.bytes.data());
   return w;
 }
 

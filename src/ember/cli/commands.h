@@ -21,6 +21,7 @@ struct ModelOptions {
   std::string dtype;
   bool dummy = false;
   uint64_t dummy_seed = 1234;
+  bool no_interleave = false;
   int threads = 0;
   int64_t context = 0;
 

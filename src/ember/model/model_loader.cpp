@@ -8,6 +8,7 @@
 #include "ember/core/error.h"
 #include "ember/formats/gguf.h"
 #include "ember/kernels/cpu/quantize.h"
+#include "ember/kernels/cpu/weight_layout.h"
 #include "ember/model/tensor_names.h"
 #include "ember/tokenizer/bpe_tokenizer.h"
 #include "ember/tokenizer/tokenizer_json.h"
@@ -47,8 +48,9 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 
 class WeightBuilder {
  public:
-  WeightBuilder(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t seed, ModelWeights& w)
-      : ckpt_(ckpt), dtype_(dtype), seed_(seed), w_(w) {}
+  WeightBuilder(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t seed,
+                bool interleave_quantized, ModelWeights& w)
+      : ckpt_(ckpt), dtype_(dtype), seed_(seed), interleave_(interleave_quantized), w_(w) {}
 
   const StoredTensor& find(const ExpectedTensor& expected) {
     auto it = ckpt_.tensors.find(expected.name);
@@ -78,9 +80,13 @@ class WeightBuilder {
     }
     cpu::WeightMatrix source{src.dtype, src.data, rows, cols, dtype_row_bytes(src.dtype, cols)};
     bool permute = permute_qk && ckpt_.qk_rows_interleaved;
-    if (target == src.dtype && !permute) return source;  // zero-copy view into the mapping
+    const bool interleave = interleave_ && dtype_is_quantized(target);
+    if (target == src.dtype && !permute) {
+      if (!interleave) return source;  // zero-copy view into the mapping
+      return cpu::interleave_rows(source, allocate_for(source));
+    }
     cpu::WeightMatrix out{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
-    uint8_t* dst = w_.allocate(static_cast<size_t>(rows * out.row_bytes));
+    uint8_t* dst = allocate_for(out);
     out.data = dst;
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
@@ -93,7 +99,7 @@ class WeightBuilder {
         cpu::convert_row(row.data(), target, dst + r * out.row_bytes, cols);
       }
     }
-    return out;
+    return interleave ? cpu::interleave_rows(out, dst) : out;  // in place
   }
 
   const float* vector(const ExpectedTensor& expected, float dummy_value) {
@@ -118,7 +124,7 @@ class WeightBuilder {
     DType target = dtype_.value_or(DType::BF16);
     if (dtype_is_quantized(target) && cols % kQuantBlock != 0) target = DType::BF16;
     cpu::WeightMatrix out{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
-    uint8_t* dst = w_.allocate(static_cast<size_t>(rows * out.row_bytes));
+    uint8_t* dst = allocate_for(out);
     out.data = dst;
     // Uniform with the standard deviation HF initialises Llama with (0.02): sqrt(3) * 0.02.
     const float amplitude = 0.02f * std::sqrt(3.0f);
@@ -128,19 +134,29 @@ class WeightBuilder {
       for (auto& x : row) x = amplitude * rng.uniform();
       cpu::convert_row(row.data(), target, dst + r * out.row_bytes, cols);
     }
-    return out;
+    return interleave_ && dtype_is_quantized(target) ? cpu::interleave_rows(out, dst) : out;
+  }
+
+  // Storage for a matrix of m's shape and dtype, large enough for the Interleaved8 layout (whole
+  // groups of 8 rows) when quantized matrices get it.
+  uint8_t* allocate_for(const cpu::WeightMatrix& m) {
+    const bool interleave = interleave_ && dtype_is_quantized(m.dtype);
+    return w_.allocate(static_cast<size_t>(cpu::weight_matrix_bytes(
+        m.dtype, m.n_rows, m.n_cols,
+        interleave ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows)));
   }
 
   const Checkpoint& ckpt_;
   std::optional<DType> dtype_;
   uint64_t seed_;
+  bool interleave_;
   ModelWeights& w_;
 };
 
 }  // namespace
 
 ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t dummy_seed,
-                           DType* matrix_dtype_out) {
+                           bool interleave_quantized, DType* matrix_dtype_out) {
   ModelWeights w;
   w.config = ckpt.config;
   w.mappings = ckpt.mappings;
@@ -150,7 +166,7 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
             : ckpt.torch_dtype == "float16" ? DType::F16
                                             : DType::BF16;
   }
-  WeightBuilder b(ckpt, dtype, dummy_seed, w);
+  WeightBuilder b(ckpt, dtype, dummy_seed, interleave_quantized, w);
   std::vector<ExpectedTensor> expected = expected_tensors(c);
   size_t i = 0;
   auto next = [&]() -> const ExpectedTensor& { return expected.at(i++); };
@@ -216,7 +232,8 @@ LoadedModel load_model(const LoadOptions& options) {
   copts.dummy = options.dummy;
   copts.tokenizer_path = options.tokenizer_path;
   m.checkpoint = open_checkpoint(options.path, copts);
-  m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed, &m.matrix_dtype);
+  m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed,
+                            options.interleave_quantized, &m.matrix_dtype);
   if (options.load_tokenizer) m.tokenizer = load_checkpoint_tokenizer(m.checkpoint);
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;

@@ -22,6 +22,10 @@ struct LoadOptions {
   bool dummy = false;          // seeded random weights from the config alone
   uint64_t dummy_seed = 1234;
   bool load_tokenizer = true;
+  // q8_0/q4_0 matrices are rewritten once into the Interleaved8 layout the decode kernels read
+  // fastest (weight_layout.h); false keeps GGUF's own blocks as they are (zero-copy when the file
+  // already holds the wanted dtype).
+  bool interleave_quantized = true;
 };
 
 struct LoadedModel {
@@ -36,7 +40,8 @@ LoadedModel load_model(const LoadOptions& options);
 
 // Builds weights from an opened checkpoint (real tensors, or random ones when it is ConfigOnly).
 ModelWeights build_weights(const Checkpoint& checkpoint, std::optional<DType> dtype,
-                           uint64_t dummy_seed, DType* matrix_dtype_out = nullptr);
+                           uint64_t dummy_seed, bool interleave_quantized,
+                           DType* matrix_dtype_out = nullptr);
 
 // Loads the tokenizer a checkpoint names (GGUF-embedded, llama2.c tokenizer.bin). Throws
 // ember::Error saying why when there is none ember can read.

@@ -193,25 +193,39 @@ EMBER_AVX2_INLINE void tile(const float* x, int64_t ldx, int64_t K, const uint8_
 // padded to ldw = K rounded up to 16 (matching the de-interleaved activations). Running the plain
 // f32 tile over this gives every output the same FMA sequence as the T = 1 kernel, so results stay
 // bit-identical across T.
-// q8_0 / q4_0 are dequantized (exactly: d * q) in element order, ldw = K.
+// q8_0 / q4_0 are dequantized (exactly: d * q) in element order, ldw = K, from either layout
+// (rows [row0, row0 + rows) of wm; w = the bytes at row0 in the Rows layout).
 // The raw rows are one contiguous span, read once: it is prefetched a few KiB ahead (up to
 // `limit`).
 template <DType kDtype>
-EMBER_AVX2 void convert_panel(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t K,
-                              float* out, int64_t ldw, const uint8_t* limit) {
+EMBER_AVX2 void convert_panel(const WeightMatrix& wm, int64_t row0, const uint8_t* w,
+                              int64_t row_bytes, int64_t rows, int64_t K, float* out, int64_t ldw,
+                              const uint8_t* limit) {
   if constexpr (kDtype == DType::Q8_0 || kDtype == DType::Q4_0) {
     const int64_t blocks = K / kQuantBlock;
-    auto prefetch = LinePrefetcher::ahead(w, rows * row_bytes, limit, rows * blocks, true);
+    const bool interleaved = wm.layout == WeightLayout::Interleaved8;
+    auto prefetch = LinePrefetcher::ahead(interleaved ? interleaved_group(wm, row0) : w,
+                                          rows * row_bytes, limit, rows * blocks, true);
     for (int64_t i = 0; i < rows; ++i) {
       const uint8_t* row = w + i * row_bytes;
+      const uint8_t* group = interleaved ? interleaved_group(wm, row0 + i) : nullptr;
+      const int r = static_cast<int>((row0 + i) % kInterleavedRows);
       float* o = out + i * ldw;
       for (int64_t b = 0; b < blocks; ++b) {
         prefetch.step();
         __m256 v[4];
         if constexpr (kDtype == DType::Q8_0) {
-          load_block_q8_0(reinterpret_cast<const BlockQ8_0*>(row) + b, v);
+          if (interleaved) {
+            load_interleaved_q8_0(reinterpret_cast<const BlockQ8_0x8*>(group) + b, r, v);
+          } else {
+            load_block_q8_0(reinterpret_cast<const BlockQ8_0*>(row) + b, v);
+          }
         } else {
-          load_block_q4_0(reinterpret_cast<const BlockQ4_0*>(row) + b, v);
+          if (interleaved) {
+            load_interleaved_q4_0(reinterpret_cast<const BlockQ4_0x8*>(group) + b, r, v);
+          } else {
+            load_block_q4_0(reinterpret_cast<const BlockQ4_0*>(row) + b, v);
+          }
         }
         for (int c = 0; c < 4; ++c) _mm256_storeu_ps(o + b * kQuantBlock + 8 * c, v[c]);
       }
@@ -274,7 +288,8 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
       pw = reinterpret_cast<const float*>(base + p * rb);
       ldw = rb / static_cast<int64_t>(sizeof(float));
     } else {
-      convert_panel<kDtype>(base + p * rb, rb, rows, K, panel_buf.data(), Kp, base + row_end * rb);
+      convert_panel<kDtype>(w, p, base + p * rb, rb, rows, K, panel_buf.data(), Kp,
+                            base + row_end * rb);
       pw = panel_buf.data();
       ldw = Kp;
     }

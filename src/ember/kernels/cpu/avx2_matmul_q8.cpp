@@ -7,6 +7,7 @@
 // increasing order and reduced by hsum(); tiles only decide which elements run side by side.
 #include <algorithm>
 
+#include "ember/kernels/cpu/avx2_matmul_interleaved.h"
 #include "ember/kernels/cpu/avx2_prefetch.h"
 #include "ember/kernels/cpu/avx2_util.h"
 #include "ember/kernels/cpu/kernels_isa.h"
@@ -193,6 +194,9 @@ EMBER_AVX2 void quantize_activations(const float* x, int64_t T, int64_t K, Block
 
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end) {
+  if (w.layout == WeightLayout::Interleaved8) {
+    return matmul_q8_interleaved(xq, T, w, y, ldy, row_begin, row_end);
+  }
   if (w.dtype == DType::Q8_0) {
     matmul_q8_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
   } else {

@@ -160,7 +160,15 @@ EMBER_AVX2 void dequantize_row(const WeightMatrix& table, int64_t row, float* ou
     case DType::Q4_0:
       for (int64_t b = 0; b < n / kQuantBlock; ++b) {
         __m256 v[4];
-        if (table.dtype == DType::Q8_0) {
+        if (table.layout == WeightLayout::Interleaved8) {
+          const uint8_t* group = interleaved_group(table, row);
+          const int r = static_cast<int>(row % kInterleavedRows);
+          if (table.dtype == DType::Q8_0) {
+            load_interleaved_q8_0(reinterpret_cast<const BlockQ8_0x8*>(group) + b, r, v);
+          } else {
+            load_interleaved_q4_0(reinterpret_cast<const BlockQ4_0x8*>(group) + b, r, v);
+          }
+        } else if (table.dtype == DType::Q8_0) {
           load_block_q8_0(reinterpret_cast<const BlockQ8_0*>(base) + b, v);
         } else {
           load_block_q4_0(reinterpret_cast<const BlockQ4_0*>(base) + b, v);

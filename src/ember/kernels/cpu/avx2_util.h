@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ember/core/dtype.h"
+#include "ember/kernels/cpu/weight_layout.h"
 
 #define EMBER_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define EMBER_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
@@ -106,20 +107,19 @@ EMBER_AVX2_INLINE __m256 load_tail(DType dtype, const uint8_t* row, int64_t k, i
 // One quant block as 4 vectors of 8 f32 values (elements 0-7, 8-15, 16-23, 24-31), each exactly
 // d * q: d has 11 significant bits and |q| <= 128 needs 8, so the product is exact in f32 and
 // equals the dequantized value bit for bit.
-EMBER_AVX2_INLINE void load_block_q8_0(const BlockQ8_0* b, __m256 out[4]) {
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
-  const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
-  const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16));
+// q8_0: q0 holds values 0-15, q1 values 16-31.
+EMBER_AVX2_INLINE void dequantize_q8_0(uint16_t d_f16, __m128i q0, __m128i q1, __m256 out[4]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(d_f16));
   out[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q0)));
   out[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q0, 8))));
   out[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1)));
   out[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q1, 8))));
 }
 
-// q4_0: byte j holds value j (low nibble) and value j + 16 (high nibble), both offset by 8.
-EMBER_AVX2_INLINE void load_block_q4_0(const BlockQ4_0* b, __m256 out[4]) {
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
+// q4_0: byte j of `packed` holds value j (low nibble) and value j + 16 (high nibble), both
+// offset by 8.
+EMBER_AVX2_INLINE void dequantize_q4_0(uint16_t d_f16, __m128i packed, __m256 out[4]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(d_f16));
   const __m128i nib = _mm_set1_epi8(0x0f);
   const __m128i eight = _mm_set1_epi8(8);
   const __m128i lo = _mm_sub_epi8(_mm_and_si128(packed, nib), eight);
@@ -128,6 +128,38 @@ EMBER_AVX2_INLINE void load_block_q4_0(const BlockQ4_0* b, __m256 out[4]) {
   out[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))));
   out[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
   out[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))));
+}
+
+EMBER_AVX2_INLINE void load_block_q8_0(const BlockQ8_0* b, __m256 out[4]) {
+  dequantize_q8_0(b->d, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)),
+                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16)), out);
+}
+
+EMBER_AVX2_INLINE void load_block_q4_0(const BlockQ4_0* b, __m256 out[4]) {
+  dequantize_q4_0(b->d, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)), out);
+}
+
+// 4 bytes at p as one 32-bit value (any alignment).
+EMBER_AVX2_INLINE int32_t load_u32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Row r (0-7) of an Interleaved8 block, dequantized like load_block_*: the row's 4-byte pieces
+// gathered back into block order.
+EMBER_AVX2_INLINE void load_interleaved_q8_0(const BlockQ8_0x8* b, int r, __m256 out[4]) {
+  const __m128i q0 = _mm_setr_epi32(load_u32(b->qs[0][r]), load_u32(b->qs[1][r]),
+                                    load_u32(b->qs[2][r]), load_u32(b->qs[3][r]));
+  const __m128i q1 = _mm_setr_epi32(load_u32(b->qs[4][r]), load_u32(b->qs[5][r]),
+                                    load_u32(b->qs[6][r]), load_u32(b->qs[7][r]));
+  dequantize_q8_0(b->d[r], q0, q1, out);
+}
+
+EMBER_AVX2_INLINE void load_interleaved_q4_0(const BlockQ4_0x8* b, int r, __m256 out[4]) {
+  const __m128i packed = _mm_setr_epi32(load_u32(b->qs[0][r]), load_u32(b->qs[1][r]),
+                                        load_u32(b->qs[2][r]), load_u32(b->qs[3][r]));
+  dequantize_q4_0(b->d[r], packed, out);
 }
 
 }  // namespace ember::cpu::avx2

@@ -24,13 +24,22 @@ const char* isa_name(Isa isa);
 Isa active_isa();         // what the dispatcher uses now
 void force_isa(Isa isa);  // for tests and the EMBER_ISA variable
 
-// A weight matrix W [n_rows, n_cols] in `dtype`, row-major, each row `row_bytes` apart.
+// How a matrix's rows sit in memory.
+enum class WeightLayout : uint8_t {
+  Rows,          // row-major, each row row_bytes apart (every file format's layout)
+  Interleaved8,  // q8_0/q4_0 only: groups of 8 rows with their blocks interleaved, the last group
+                 // zero-padded (see weight_layout.h); what the loader makes for the decode kernels
+};
+
+// A weight matrix W [n_rows, n_cols] in `dtype`; row_bytes = dtype_row_bytes(dtype, n_cols) is
+// one row's size (in the Rows layout also the distance between rows).
 struct WeightMatrix {
   DType dtype = DType::F32;
   const void* data = nullptr;
   int64_t n_rows = 0;  // output features N
   int64_t n_cols = 0;  // input features K
   int64_t row_bytes = 0;
+  WeightLayout layout = WeightLayout::Rows;
 };
 
 // From this many tokens in one call, matmuls run as a GEMM that reuses every weight across the

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ember/core/half.h"
+#include "ember/kernels/cpu/weight_layout.h"
 
 namespace ember::cpu::ref {
 
@@ -33,17 +34,15 @@ void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
       }
       break;
     case DType::Q8_0: {
-      const auto* blocks = reinterpret_cast<const BlockQ8_0*>(base);
       for (int64_t i = 0; i < n; ++i) {
-        const BlockQ8_0& b = blocks[i / kQuantBlock];
+        const BlockQ8_0 b = q8_0_block(table, row, i / kQuantBlock);
         out[i] = f16_to_f32(b.d) * static_cast<float>(b.qs[i % kQuantBlock]);
       }
       break;
     }
     case DType::Q4_0: {
-      const auto* blocks = reinterpret_cast<const BlockQ4_0*>(base);
       for (int64_t i = 0; i < n; ++i) {
-        const BlockQ4_0& b = blocks[i / kQuantBlock];
+        const BlockQ4_0 b = q4_0_block(table, row, i / kQuantBlock);
         const int j = static_cast<int>(i % kQuantBlock);
         // Byte j holds value j (low nibble) and value j + 16 (high nibble).
         const int nibble = j < 16 ? (b.qs[j] & 0x0f) : (b.qs[j - 16] >> 4);

@@ -6,6 +6,7 @@
 #include "ember/core/half.h"
 #include "ember/kernels/cpu/kernels_isa.h"
 #include "ember/kernels/cpu/kernels_reference.h"
+#include "ember/kernels/cpu/weight_layout.h"
 
 namespace ember::cpu {
 namespace {
@@ -26,13 +27,12 @@ void quantize_block(const float* x, BlockQ8Act& out) {
 
 // The block's weights as signed integers.
 void weight_block(const WeightMatrix& w, int64_t row, int64_t block, int8_t q[32], float* d) {
-  const auto* base = static_cast<const uint8_t*>(w.data) + row * w.row_bytes;
   if (w.dtype == DType::Q8_0) {
-    const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(base)[block];
+    const BlockQ8_0 b = q8_0_block(w, row, block);
     for (int i = 0; i < kQuantBlock; ++i) q[i] = b.qs[i];
     *d = f16_to_f32(b.d);
   } else {
-    const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(base)[block];
+    const BlockQ4_0 b = q4_0_block(w, row, block);
     for (int j = 0; j < 16; ++j) {
       q[j] = static_cast<int8_t>((b.qs[j] & 0x0f) - 8);
       q[j + 16] = static_cast<int8_t>((b.qs[j] >> 4) - 8);

@@ -1,0 +1,225 @@
+// The Interleaved8 layout of q8_0/q4_0 matrices (weight_layout.h) and the matmuls on it: the
+// layout round-trips every block, every kernel that reads it agrees with the plain Rows layout
+// (bit for bit where the arithmetic is the same, within the reference tolerance where the decode
+// kernel sums differently), and the determinism contract of kernels.h holds for it too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ember/core/half.h"
+#include "ember/kernels/cpu/kernels.h"
+#include "ember/kernels/cpu/kernels_reference.h"
+#include "ember/kernels/cpu/weight_layout.h"
+#include "kernels_test_util.h"
+
+namespace ember::cpu {
+namespace {
+
+using test::IsaScope;
+using test::make_weights;
+using test::random_floats;
+using test::supported_isas;
+
+constexpr DType kQuantized[] = {DType::Q8_0, DType::Q4_0};
+constexpr WeightLayout kInterleaved = WeightLayout::Interleaved8;
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof(float)) == 0;
+}
+
+std::string trace(Isa isa, DType dtype, int64_t K, int64_t T) {
+  return std::string(isa_name(isa)) + " " + dtype_name(dtype) + " K=" + std::to_string(K) +
+         " T=" + std::to_string(T);
+}
+
+TEST(KernelsInterleaved, EveryBlockRoundTripsAndPaddingIsZero) {
+  for (DType dtype : kQuantized) {
+    for (int64_t N : {1, 7, 8, 13, 37}) {
+      for (int64_t K : {32, 96}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " N=" + std::to_string(N) +
+                     " K=" + std::to_string(K));
+        auto values = random_floats(N * K, 3 + static_cast<uint32_t>(N));
+        auto rows = make_weights(values, N, K, dtype);
+        auto il = make_weights(values, N, K, dtype, kInterleaved);
+        ASSERT_EQ(il.view.layout, kInterleaved);
+        ASSERT_EQ(static_cast<int64_t>(il.bytes.size()), (N + 7) / 8 * 8 * rows.view.row_bytes);
+        // Out of place gives the same bytes as the in-place rewrite.
+        std::vector<uint8_t> copy(il.bytes.size(), 0xAB);
+        interleave_rows(rows.view, copy.data());
+        EXPECT_EQ(copy, il.bytes);
+        const int64_t padded = (N + 7) / 8 * 8;
+        for (int64_t r = 0; r < padded; ++r) {
+          for (int64_t b = 0; b < K / 32; ++b) {
+            if (dtype == DType::Q8_0) {
+              const BlockQ8_0 got = q8_0_block(il.view, r, b);
+              BlockQ8_0 want{};
+              if (r < N) want = q8_0_block(rows.view, r, b);
+              ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "row " << r << " block " << b;
+            } else {
+              const BlockQ4_0 got = q4_0_block(il.view, r, b);
+              BlockQ4_0 want{};
+              if (r < N) want = q4_0_block(rows.view, r, b);
+              ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "row " << r << " block " << b;
+            }
+          }
+        }
+        // dequantize_row (embedding lookups) of every ISA reads both layouts to the same bits.
+        for (Isa isa : supported_isas()) {
+          IsaScope scope(isa);
+          std::vector<float> a(static_cast<size_t>(K)), b(a.size());
+          for (int64_t r = 0; r < N; ++r) {
+            dequantize_row(rows.view, r, a.data());
+            dequantize_row(il.view, r, b.data());
+            for (int64_t k = 0; k < K; ++k) ASSERT_TRUE(same_bits(a[k], b[k])) << r << " " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Against the double-precision reference on the Rows layout (tolerance as in
+// kernels_matmul_test.cpp: 1e-5 * sum |x w| for T >= 16; below that both take the same 8-bit
+// activations, so the same bound holds for the sum over their exact block dots). Scalar code reads
+// both layouts through the same block accessor, and the T >= 16 GEMM dequantizes exactly: there
+// the two layouts give the same bits.
+TEST(KernelsInterleaved, MatchesReferenceAndRowsLayout) {
+  const int64_t N = 37;  // a padded last group
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : kQuantized) {
+      for (int64_t K : {32, 64, 576, 1536}) {
+        auto values = random_floats(N * K, 100 + static_cast<uint32_t>(K));
+        auto rows = make_weights(values, N, K, dtype);
+        auto il = make_weights(values, N, K, dtype, kInterleaved);
+        std::vector<float> deq(static_cast<size_t>(K));
+        for (int64_t T : {1, 2, 3, 4, 5, 9, 15, 16, 17, 29}) {
+          SCOPED_TRACE(trace(isa, dtype, K, T));
+          auto x = random_floats(T * K, 7 + static_cast<uint32_t>(T));
+          const int64_t ldy = N + 3;
+          std::vector<float> y(static_cast<size_t>(T * ldy), -123.0f), y_rows(y.size(), -123.0f);
+          std::vector<float> ref_y(static_cast<size_t>(T * N));
+          matmul(x.data(), T, il.view, y.data(), ldy, 0, N);
+          matmul(x.data(), T, rows.view, y_rows.data(), ldy, 0, N);
+          ref::matmul(x.data(), T, rows.view, ref_y.data(), N, 0, N);
+          const bool same_arithmetic = isa == Isa::Scalar || T >= kGemmMinTokens;
+          for (int64_t n = 0; n < N; ++n) {
+            ref::dequantize_row(rows.view, n, deq.data());
+            for (int64_t t = 0; t < T; ++t) {
+              double magnitude = 0.0;
+              for (int64_t k = 0; k < K; ++k) magnitude += std::fabs(double{x[t * K + k]} * deq[k]);
+              const float got = y[t * ldy + n];
+              ASSERT_NEAR(got, ref_y[t * N + n], 1e-5 * magnitude + 1e-30) << t << " " << n;
+              if (same_arithmetic) {
+                ASSERT_TRUE(same_bits(got, y_rows[t * ldy + n])) << t << " " << n;
+              }
+            }
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t c = N; c < ldy; ++c) ASSERT_EQ(y[t * ldy + c], -123.0f);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Row ranges that cut groups, concurrent threads, and every T < 16: the bits of one whole call on
+// one token.
+TEST(KernelsInterleaved, RowSplitsThreadsAndTokenCountsGiveTheSameBits) {
+  const int64_t N = 53, K = 96, T_max = 15;
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType dtype : kQuantized) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype));
+      auto w = make_weights(random_floats(N * K, 5), N, K, dtype, kInterleaved);
+      auto x = random_floats(T_max * K, 6);
+      std::vector<float> single(static_cast<size_t>(T_max * N));
+      for (int64_t t = 0; t < T_max; ++t) {
+        matmul(x.data() + t * K, 1, w.view, single.data() + t * N, N, 0, N);
+      }
+      for (int64_t T : {2, 3, 4, 5, 8, 15}) {
+        std::vector<float> whole(static_cast<size_t>(T * N)), split(whole.size());
+        matmul(x.data(), T, w.view, whole.data(), N, 0, N);
+        const int64_t cuts[] = {0, 1, 4, 5, 13, 14, 30, 39, 40, 52, 53};
+        for (size_t i = std::size(cuts) - 1; i > 0; --i) {
+          matmul(x.data(), T, w.view, split.data(), N, cuts[i - 1], cuts[i]);
+        }
+        for (int64_t i = 0; i < T * N; ++i) {
+          ASSERT_TRUE(same_bits(whole[i], single[i])) << "T=" << T << " i=" << i;
+          ASSERT_TRUE(same_bits(split[i], single[i])) << "T=" << T << " i=" << i;
+        }
+      }
+      std::vector<float> parts(static_cast<size_t>(4 * N));
+      std::vector<std::thread> threads;
+      for (int64_t i = 0; i < 4; ++i) {
+        threads.emplace_back(
+            [&, i] { matmul(x.data(), 4, w.view, parts.data(), N, N * i / 4, N * (i + 1) / 4); });
+      }
+      for (auto& th : threads) th.join();
+      for (int64_t i = 0; i < 4 * N; ++i) ASSERT_TRUE(same_bits(parts[i], single[i])) << i;
+    }
+  }
+}
+
+// The extremes of the integer arithmetic: q4_0 sums a block's 8 pair products in int16 (at most
+// 8 * 2 * 15 * 127 = 30480), q8_0 takes -128 through the sign trick. Every weight and activation
+// at its extreme must still give the exact block dot.
+TEST(KernelsInterleaved, ExtremeQuantsGiveExactDots) {
+  const int64_t N = 8, K = 64;
+  const uint16_t one = f32_to_f16(1.0f);
+  for (float x_value : {1.0f, -1.0f}) {
+    std::vector<float> x(static_cast<size_t>(K), x_value);  // quantizes to +-127, d = 1/127
+    for (DType dtype : kQuantized) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(N * dtype_row_bytes(dtype, K)));
+      std::vector<double> want(static_cast<size_t>(N));
+      for (int64_t r = 0; r < N; ++r) {
+        for (int64_t b = 0; b < K / 32; ++b) {
+          int64_t sum = 0;
+          if (dtype == DType::Q4_0) {
+            auto& blk = reinterpret_cast<BlockQ4_0*>(bytes.data())[r * (K / 32) + b];
+            blk.d = one;
+            const uint8_t nibble = r % 2 == 0 ? 15 : 0;  // w = +7 or -8
+            std::memset(blk.qs, nibble | nibble << 4, sizeof blk.qs);
+            sum = 32 * (nibble - 8);
+          } else {
+            auto& blk = reinterpret_cast<BlockQ8_0*>(bytes.data())[r * (K / 32) + b];
+            blk.d = one;
+            const int8_t q = r % 2 == 0 ? 127 : -128;
+            std::memset(blk.qs, static_cast<uint8_t>(q), sizeof blk.qs);
+            sum = 32 * q;
+          }
+          want[r] += static_cast<double>(sum) * 127 * (x_value / 127.0f);
+        }
+      }
+      WeightMatrix rows{dtype, bytes.data(), N, K, dtype_row_bytes(dtype, K)};
+      std::vector<uint8_t> il_bytes(bytes.size());
+      WeightMatrix il = interleave_rows(rows, il_bytes.data());
+      for (Isa isa : supported_isas()) {
+        IsaScope scope(isa);
+        std::vector<float> y(static_cast<size_t>(N));
+        matmul(x.data(), 1, il, y.data(), N, 0, N);
+        for (int64_t r = 0; r < N; ++r) {
+          EXPECT_NEAR(y[r], want[r], 1e-5 * std::fabs(want[r]))
+              << isa_name(isa) << " " << dtype_name(dtype) << " row " << r << " x " << x_value;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsInterleaved, RejectsFloatAndAlreadyInterleavedMatrices) {
+  auto f = make_weights(random_floats(8 * 32, 1), 8, 32, DType::BF16);
+  std::vector<uint8_t> out(f.bytes.size());
+  EXPECT_ANY_THROW(interleave_rows(f.view, out.data()));
+  auto q = make_weights(random_floats(8 * 32, 1), 8, 32, DType::Q8_0, kInterleaved);
+  std::vector<uint8_t> out2(q.bytes.size());
+  EXPECT_ANY_THROW(interleave_rows(q.view, out2.data()));
+}
+
+}  // namespace
+}  // namespace ember::cpu
