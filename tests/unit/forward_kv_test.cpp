@@ -206,6 +206,41 @@ TEST(ForwardKv, QuantizedWeightsStayCloseToF32OnStories260K) {
   EXPECT_NEAR(perplexity(DType::Q4_0), f32, 0.25 * f32);
 }
 
+// The threads split a prefill's matmuls over 16-token groups (64+ tokens) or output rows (fewer),
+// and attention over (query tile, kv head): the logits must not depend on how many threads ran.
+TEST(ForwardKv, PrefillLogitsDoNotDependOnThreadCount) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  for (DType dtype : {DType::F32, DType::Q4_0}) {
+    LoadOptions o;
+    o.path = path.string();
+    o.dtype = dtype;
+    o.load_tokenizer = false;
+    LoadedModel m = load_model(o);
+    for (int64_t n_tokens : {20, 70}) {  // row split; token split with a partial last group
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(n_tokens));
+      std::vector<int32_t> tokens;
+      for (int64_t i = 0; i < n_tokens; ++i)
+        tokens.push_back(static_cast<int32_t>(1 + (i * 37) % 500));
+      std::vector<float> logits[3];
+      for (int threads = 1; threads <= 3; ++threads) {
+        EngineOptions eo;
+        eo.n_threads = threads;
+        Engine engine(m.weights, eo);
+        Sequence seq;
+        auto z = engine.feed(seq, tokens, /*all_logits=*/true);
+        logits[threads - 1].assign(z.begin(), z.end());
+      }
+      for (int i = 1; i < 3; ++i) {
+        ASSERT_EQ(logits[i].size(), logits[0].size());
+        EXPECT_EQ(std::memcmp(logits[i].data(), logits[0].data(), logits[0].size() * sizeof(float)),
+                  0)
+            << i + 1 << " threads";
+      }
+    }
+  }
+}
+
 // The loader interleaves q8_0/q4_0 matrices 8 rows at a time (--no-interleave keeps the file's
 // blocks). Prefill (>= 16 tokens) dequantizes either layout exactly: the same logits bit for bit.
 // Decode runs a different kernel per layout (exact integer block dots vs 8 float lanes per row):

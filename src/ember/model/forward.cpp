@@ -11,6 +11,12 @@ namespace ember {
 ForwardPass::ForwardPass(const ModelWeights& weights, KvBlockPool& kv_pool, ThreadPool& threads)
     : weights_(weights), kv_pool_(kv_pool), threads_(threads) {}
 
+namespace {
+// From this many tokens matmuls split over tokens (16-token groups) instead of output rows.
+constexpr int64_t kTokenSplitMin = 64;
+constexpr int64_t kTokenSplitGrain = 16;
+}  // namespace
+
 void ForwardPass::matmul_parallel(const float* x, int64_t T,
                                   std::initializer_list<const cpu::WeightMatrix*> ws,
                                   std::initializer_list<float*> ys) {
@@ -54,6 +60,22 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
     for_token_rows(T, [&](int64_t b, int64_t e) {
       cpu::quantize_activations(x + b * K, e - b, K, x_q8_.data() + b * (K / kQuantBlock));
     });
+  }
+  if (T >= kTokenSplitMin && threads_.size() > 1) {
+    // Prefill: each thread takes whole 16-token groups through every matrix (the last chunk also
+    // takes the partial group, so every call has >= 16 tokens and the same bits as one call).
+    const int64_t G = kTokenSplitGrain;
+    threads_.parallel_for(T / G, [&](int64_t u0, int64_t u1, int) {
+      const int64_t t0 = u0 * G, t1 = u1 == T / G ? T : u1 * G;
+      for (int i = 0; i < n; ++i) {
+        const DType dtype = mats[i]->dtype;
+        const float* xp = dtype == DType::BF16 ? x_bf16_.data() : x_float_.data();
+        const int64_t per_token = cpu::prepared_activation_floats(dtype, G, K) / G;
+        cpu::matmul_prepared(xp + t0 * per_token, t1 - t0, *mats[i], outs[i] + t0 * mats[i]->n_rows,
+                             mats[i]->n_rows, 0, mats[i]->n_rows);
+      }
+    });
+    return;
   }
   threads_.parallel_for(
       offsets[n],
