@@ -15,6 +15,7 @@
 #include "ember/core/dtype.h"
 #include "ember/kernels/cpu/kernels.h"
 #include "ember/kernels/cpu/quantize.h"
+#include "ember/kernels/cpu/weight_layout.h"
 
 namespace {
 
@@ -29,17 +30,20 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   return v;
 }
 
-// args: dtype, K, N, T.
+// args: dtype, K, N, T, interleaved (q8_0/q4_0: the Interleaved8 layout the loader makes).
 void BM_Matmul(benchmark::State& state) {
   const auto dtype = static_cast<DType>(state.range(0));
   const int64_t K = state.range(1), N = state.range(2), T = state.range(3);
+  const auto layout =
+      state.range(4) != 0 ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows;
   const int64_t row_bytes = ember::dtype_row_bytes(dtype, K);
-  std::vector<uint8_t> w(static_cast<size_t>(row_bytes * N));
+  std::vector<uint8_t> w(static_cast<size_t>(cpu::weight_matrix_bytes(dtype, N, K, layout)));
   {
     const auto row = random_floats(K, 1);  // one row repeated: contents do not matter for speed
     for (int64_t n = 0; n < N; ++n) cpu::convert_row(row.data(), dtype, &w[n * row_bytes], K);
   }
-  const cpu::WeightMatrix wm{dtype, w.data(), N, K, row_bytes};
+  cpu::WeightMatrix wm{dtype, w.data(), N, K, row_bytes};
+  if (layout == cpu::WeightLayout::Interleaved8) wm = cpu::interleave_rows(wm, w.data());
   const auto x = random_floats(T * K, 2);
   std::vector<float> y(static_cast<size_t>(T * N));
   for (auto _ : state) {
@@ -52,16 +56,21 @@ void BM_Matmul(benchmark::State& state) {
       benchmark::Counter(iters * static_cast<double>(row_bytes * N), benchmark::Counter::kIsRate);
   state.counters["FLOP/s"] =
       benchmark::Counter(iters * 2.0 * static_cast<double>(T * N * K), benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(ember::dtype_name(dtype)) + " " + cpu::isa_name(cpu::active_isa()));
+  state.SetLabel(std::string(ember::dtype_name(dtype)) +
+                 (layout == cpu::WeightLayout::Interleaved8 ? " interleaved " : " ") +
+                 cpu::isa_name(cpu::active_isa()));
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (DType d : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
     for (auto [K, N] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {576, 49152}}) {
-      for (int64_t T : {1, 4, 32, 64}) b->Args({static_cast<int64_t>(d), K, N, T});
+      for (int64_t T : {1, 4, 32, 64}) {
+        b->Args({static_cast<int64_t>(d), K, N, T, 0});
+        if (ember::dtype_is_quantized(d)) b->Args({static_cast<int64_t>(d), K, N, T, 1});
+      }
     }
   }
-  b->ArgNames({"dtype", "K", "N", "T"});
+  b->ArgNames({"dtype", "K", "N", "T", "interleaved"});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond);
 
