@@ -242,9 +242,10 @@ TEST(ForwardKv, PrefillLogitsDoNotDependOnThreadCount) {
 }
 
 // The loader interleaves q8_0/q4_0 matrices 8 rows at a time (--no-interleave keeps the file's
-// blocks). Prefill (>= 16 tokens) dequantizes either layout exactly: the same logits bit for bit.
-// Decode runs a different kernel per layout (exact integer block dots vs 8 float lanes per row):
-// float reassociation apart, the same logits.
+// blocks); interleaved matrices take 8-bit activations at every T with T-independent integer
+// tiles. So with them a prefill equals token-by-token decode up to the float matrices' (here
+// stories260K's f32 w_down) reassociation; the file layout's decode agrees with the interleaved one
+// the same way; its prefill (f32 activations) differs by the 8-bit activation error only.
 TEST(ForwardKv, InterleavedQuantizedWeightsMatchTheFileLayout) {
   auto path = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(path);
@@ -273,15 +274,17 @@ TEST(ForwardKv, InterleavedQuantizedWeightsMatchTheFileLayout) {
         decode[interleave].insert(decode[interleave].end(), row.begin(), row.end());
       }
     }
-    ASSERT_EQ(prefill[0].size(), prefill[1].size());
-    EXPECT_EQ(std::memcmp(prefill[0].data(), prefill[1].data(), prefill[0].size() * sizeof(float)),
-              0);
-    ASSERT_EQ(decode[0].size(), decode[1].size());
-    EXPECT_LE(
-        max_rel_diff(decode[1].data(), decode[0].data(), static_cast<int64_t>(decode[0].size())),
-        kReassociationTolerance);
+    const auto n = static_cast<int64_t>(decode[0].size());
+    ASSERT_EQ(static_cast<int64_t>(prefill[1].size()), n);
+    EXPECT_LE(max_rel_diff(prefill[1].data(), decode[1].data(), n), kReassociationTolerance);
+    EXPECT_LE(max_rel_diff(decode[1].data(), decode[0].data(), n), kReassociationTolerance);
     // Not trivially equal: the two decode kernels do sum differently.
-    EXPECT_NE(std::memcmp(decode[0].data(), decode[1].data(), decode[0].size() * sizeof(float)), 0);
+    EXPECT_NE(std::memcmp(decode[0].data(), decode[1].data(), n * sizeof(float)), 0);
+    const double activation_error = max_rel_diff(prefill[1].data(), prefill[0].data(), n);
+    // stories260K's 64-wide rows make the activation error large for single logits (~0.17 at
+    // most here) while perplexity moves by < 0.2% (ember score: q8_0 1.7153 vs 1.7171).
+    EXPECT_LE(activation_error, 0.3);
+    EXPECT_GT(activation_error, kReassociationTolerance);  // the file layout's prefill is f32
   }
 }
 

@@ -166,9 +166,9 @@ TEST(KernelsMatmul, QuantizedEqualsF32OnDequantizedWeightsAndActivations) {
   }
 }
 
-// From kGemmMinTokens on quantized weights are expanded to exact f32 values and run the float GEMM
-// on f32 activations: a q8_0/q4_0 matmul equals the f32 matmul on the dequantized matrix bit for
-// bit (same ISA), and the 8-bit activation error is gone.
+// From kGemmMinTokens on quantized weights in the Rows layout are expanded to exact f32 values and
+// run the float GEMM on f32 activations: a q8_0/q4_0 matmul equals the f32 matmul on the
+// dequantized matrix bit for bit (same ISA), and the 8-bit activation error is gone.
 TEST(KernelsMatmul, QuantizedGemmEqualsF32OnDequantizedWeights) {
   const int64_t N = 43, K = 576;
   for (Isa isa : supported_isas()) {
@@ -181,7 +181,7 @@ TEST(KernelsMatmul, QuantizedGemmEqualsF32OnDequantizedWeights) {
       for (int64_t T : {kGemmMinTokens, kGemmMinTokens + 5, int64_t{64}}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
                      " T=" + std::to_string(T));
-        ASSERT_FALSE(uses_8bit_activations(dtype, T));
+        ASSERT_FALSE(uses_8bit_activations(q.view, T));
         auto x = random_floats(T * K, 24);
         std::vector<float> yq(static_cast<size_t>(T * N)), yf(yq.size());
         matmul(x.data(), T, q.view, yq.data(), N, 0, N);

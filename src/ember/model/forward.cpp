@@ -33,14 +33,14 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
   for (int i = 0; i < n; ++i) {
     offsets[i + 1] = offsets[i] + mats[i]->n_rows;
     const DType dtype = mats[i]->dtype;
-    const bool eight_bit = cpu::uses_8bit_activations(dtype, T);
+    const bool eight_bit = cpu::uses_8bit_activations(*mats[i], T);
     any_8bit = any_8bit || eight_bit;
     any_bf16 = any_bf16 || dtype == DType::BF16;
     any_f32_layout = any_f32_layout || (dtype != DType::BF16 && !eight_bit);
   }
-  // Float weights (and quantized ones from kGemmMinTokens tokens on) read the activations in the
-  // kernels' own layout (one for bf16, one for the rest): prepare each once, split over threads in
-  // whole token groups.
+  // Float weights (and Rows-layout quantized ones from kGemmMinTokens tokens on) read the
+  // activations in the kernels' own layout (one for bf16, one for the rest): prepare each once,
+  // split over threads in whole token groups.
   const int64_t K = mats[0]->n_cols;
   auto prepare = [&](DType dtype, AlignedVector<float>& out) {
     const auto floats = static_cast<size_t>(cpu::prepared_activation_floats(dtype, T, K));
@@ -52,8 +52,8 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
   };
   if (any_bf16) prepare(DType::BF16, x_bf16_);
   if (any_f32_layout) prepare(DType::F32, x_float_);
-  // Quantized weights below kGemmMinTokens multiply 8-bit activations: quantize the shared input
-  // once, not per thread and matrix.
+  // Quantized weights (see uses_8bit_activations) multiply 8-bit activations: quantize the shared
+  // input once, not per thread and matrix.
   if (any_8bit) {
     const size_t blocks = static_cast<size_t>(T * (K / kQuantBlock));
     if (x_q8_.size() < blocks) x_q8_.resize(blocks);
@@ -68,11 +68,16 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
     threads_.parallel_for(T / G, [&](int64_t u0, int64_t u1, int) {
       const int64_t t0 = u0 * G, t1 = u1 == T / G ? T : u1 * G;
       for (int i = 0; i < n; ++i) {
+        const int64_t N = mats[i]->n_rows;
+        if (cpu::uses_8bit_activations(*mats[i], T)) {
+          cpu::matmul_q8(x_q8_.data() + t0 * (K / kQuantBlock), t1 - t0, *mats[i], outs[i] + t0 * N,
+                         N, 0, N);
+          continue;
+        }
         const DType dtype = mats[i]->dtype;
         const float* xp = dtype == DType::BF16 ? x_bf16_.data() : x_float_.data();
         const int64_t per_token = cpu::prepared_activation_floats(dtype, G, K) / G;
-        cpu::matmul_prepared(xp + t0 * per_token, t1 - t0, *mats[i], outs[i] + t0 * mats[i]->n_rows,
-                             mats[i]->n_rows, 0, mats[i]->n_rows);
+        cpu::matmul_prepared(xp + t0 * per_token, t1 - t0, *mats[i], outs[i] + t0 * N, N, 0, N);
       }
     });
     return;
@@ -83,7 +88,7 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
         for (int i = 0; i < n; ++i) {
           int64_t b = std::max(begin, offsets[i]), e = std::min(end, offsets[i + 1]);
           if (b >= e) continue;
-          if (cpu::uses_8bit_activations(mats[i]->dtype, T)) {
+          if (cpu::uses_8bit_activations(*mats[i], T)) {
             cpu::matmul_q8(x_q8_.data(), T, *mats[i], outs[i], mats[i]->n_rows, b - offsets[i],
                            e - offsets[i]);
           } else {

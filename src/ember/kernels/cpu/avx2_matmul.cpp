@@ -1,7 +1,7 @@
 // AVX2 matmul y[t, n] = sum_k x[t, k] * W[n, k] for float weights (f32, f16, bf16), and for
-// quantized weights (q8_0, q4_0) from kGemmMinTokens tokens on: their panels are dequantized to
-// f32 and run the float GEMM. Below that they take 8-bit activations (matmul_q8,
-// avx2_matmul_q8.cpp).
+// quantized weights (q8_0, q4_0) in the Rows layout from kGemmMinTokens tokens on: their panels are
+// dequantized to f32 and run the float GEMM. Otherwise quantized weights take 8-bit activations
+// (matmul_q8, avx2_matmul_q8.cpp and avx2_matmul_interleaved.cpp).
 //
 // Work is cut into tiles of R weight rows x NT tokens. In a tile each weight chunk is loaded (and
 // converted to f32) once and used for NT tokens, and each activation chunk once for R rows.
@@ -430,8 +430,8 @@ void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y
       return matmul_dtype<DType::BF16>(xp, Kp, T, w, y, ldy, row_begin, row_end);
     case DType::Q8_0:
     case DType::Q4_0:
-      // Below kGemmMinTokens the prepared layout is x itself: 8-bit activations, as in matmul().
-      if (T < kGemmMinTokens) return avx2::matmul(xp, T, w, y, ldy, row_begin, row_end);
+      // With 8-bit activations the prepared layout is x itself, quantized as in matmul().
+      if (uses_8bit_activations(w, T)) return avx2::matmul(xp, T, w, y, ldy, row_begin, row_end);
       if (w.dtype == DType::Q8_0)
         return matmul_panels<DType::Q8_0>(xp, Kp, T, w, y, ldy, row_begin, row_end);
       return matmul_panels<DType::Q4_0>(xp, Kp, T, w, y, ldy, row_begin, row_end);
@@ -440,8 +440,8 @@ void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y
 
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
-  if (uses_8bit_activations(w.dtype, T)) {
-    // Quantized weights below kGemmMinTokens take 8-bit activations (see kernels.h).
+  if (uses_8bit_activations(w, T)) {
+    // Quantized weights (interleaved: always; else below kGemmMinTokens) take 8-bit activations.
     thread_local AlignedVector<BlockQ8Act> xq;
     const size_t blocks = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
     if (xq.size() < blocks) xq.resize(blocks);

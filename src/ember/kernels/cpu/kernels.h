@@ -5,12 +5,14 @@
 // warning).
 //
 // Determinism contract: each output element's value depends only on its own inputs, never on which
-// row range a call covers or on the thread that runs it. Matmuls use one summation order below
-// kGemmMinTokens tokens (the decode kernels) and another from there on (the prefill GEMM): within
-// each range results do not depend on T. Across them float weights differ by float reassociation
-// only; quantized weights multiply 8-bit activations below kGemmMinTokens (see BlockQ8Act) and f32
-// activations from there on, so they differ by the activation quantization error (~0.4%).
-// Attention does not depend on T.
+// row range a call covers or on the thread that runs it. Float matmuls use one summation order
+// below kGemmMinTokens tokens (the decode kernels) and another from there on (the prefill GEMM):
+// within each range results do not depend on T, across them they differ by float reassociation
+// only. Quantized weights in the Interleaved8 layout (what the loader makes) multiply 8-bit
+// activations at every T with exact integer block dots: their results do not depend on T at all,
+// so prefill and decode agree bit for bit. In the Rows layout (--no-interleave) they take 8-bit
+// activations below kGemmMinTokens and f32 activations from there on, so the two ranges differ by
+// the activation quantization error (~0.4%). Attention does not depend on T.
 #pragma once
 
 #include <cstdint>
@@ -47,18 +49,20 @@ struct WeightMatrix {
 // (exact) and multiplied like f32 weights against f32 activations.
 constexpr int64_t kGemmMinTokens = 16;
 
-// Whether a matmul of T tokens on weights of `dtype` takes 8-bit activations (BlockQ8Act).
-inline bool uses_8bit_activations(DType dtype, int64_t T) {
-  return dtype_is_quantized(dtype) && T < kGemmMinTokens;
+// Whether a matmul of T tokens on w takes 8-bit activations (BlockQ8Act): quantized weights, always
+// when interleaved (the integer tiles there beat the f32 GEMM on dequantized panels by ~1.4x at
+// any T), below kGemmMinTokens otherwise.
+inline bool uses_8bit_activations(const WeightMatrix& w, int64_t T) {
+  return dtype_is_quantized(w.dtype) &&
+         (w.layout == WeightLayout::Interleaved8 || T < kGemmMinTokens);
 }
 
-// Activations quantized to 8 bits per block of 32, as the quantized-weight matmuls below
-// kGemmMinTokens tokens consume them: value = d * qs[i], d = max|x| / 127, qs = round(x / d).
-// There quantized weights (q8_0, q4_0) are multiplied against these (integer dot products per
-// block), for every T < kGemmMinTokens, so a decoding token's result does not depend on how many
-// tokens share the step. (Compute-bound prefill instead expands the weights to f32 once per panel
-// and reuses them for many tokens, where the integer path would pay its per-block scaling for
-// each.)
+// Activations quantized to 8 bits per block of 32, as the quantized-weight matmuls consume them
+// (see uses_8bit_activations): value = d * qs[i], d = max|x| / 127, qs = round(x / d). Quantized
+// weights (q8_0, q4_0) are multiplied against these with integer dot products per block, so a
+// token's result does not depend on how many tokens share the step. (In the Rows layout,
+// compute-bound prefill instead expands the weights to f32 once per panel: its row-by-row integer
+// tiles pay a per-block scaling for every token.)
 struct BlockQ8Act {
   float d;
   int32_t sum;  // sum of qs (the q4_0 kernels subtract 8 * sum for the nibble offset)
@@ -73,9 +77,9 @@ void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out)
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end);
 
-// y[t, n] = sum_k x[t, k] * W[n, k] for t in [0, T), n in [row_begin, row_end). For q8_0/q4_0
-// weights and T < kGemmMinTokens x is first quantized to BlockQ8Act (see above) and matmul_q8
-// runs; from kGemmMinTokens on W is dequantized to f32 and x is used as it is.
+// y[t, n] = sum_k x[t, k] * W[n, k] for t in [0, T), n in [row_begin, row_end). When
+// uses_8bit_activations(w, T) x is first quantized to BlockQ8Act (see above) and matmul_q8 runs;
+// otherwise quantized W is dequantized to f32 and x is used as it is.
 // x: [T, K] f32, leading dimension K; y: [T, N] f32, leading dimension ldy (>= N).
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end);
@@ -87,7 +91,7 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t 
 // prepare_activations() fills the part for tokens [token_begin, token_end) (token_begin a multiple
 // of kPreparedTokenGrain, so threads can split the work), and matmul_prepared(xp, ...) on a matrix
 // of that dtype equals matmul(x, ...) bit for bit. f32, f16, q8_0 and q4_0 share one layout (for
-// quantized weights below kGemmMinTokens it is x itself, quantized inside the call).
+// quantized weights taking 8-bit activations it is x itself, quantized inside the call).
 constexpr int64_t kPreparedTokenGrain = 16;
 int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
 void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,

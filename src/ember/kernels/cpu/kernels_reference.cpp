@@ -56,7 +56,7 @@ void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
   const int64_t K = w.n_cols;
-  if (uses_8bit_activations(w.dtype, T)) {  // see kernels.h
+  if (uses_8bit_activations(w, T)) {  // see kernels.h
     std::vector<BlockQ8Act> xq(static_cast<size_t>(T * (K / kQuantBlock)));
     ref::quantize_activations(x, T, K, xq.data());
     ref::matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);

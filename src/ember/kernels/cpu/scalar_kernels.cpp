@@ -39,10 +39,10 @@ void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
 
 // Each weight row is converted to f32 once per call and reused for all T tokens. y[t, n] depends
 // only on x[t] and row n, so any row split or T gives the same bits (quantized weights: within
-// T < kGemmMinTokens, where they take 8-bit activations, and within T >= kGemmMinTokens).
+// the ranges of T where they take 8-bit activations or not, see uses_8bit_activations).
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
-  if (uses_8bit_activations(w.dtype, T)) {
+  if (uses_8bit_activations(w, T)) {
     thread_local std::vector<BlockQ8Act> xq;
     const auto blocks = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
     if (xq.size() < blocks) xq.resize(blocks);
