@@ -287,10 +287,11 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
 }
 
 // The loader interleaves q8_0/q4_0 matrices 8 rows at a time (--no-interleave keeps the file's
-// blocks); interleaved matrices take 8-bit activations at every T with T-independent integer
-// tiles. So with them a prefill equals token-by-token decode up to the float matrices' (here
-// stories260K's f32 w_down) reassociation; the file layout's decode agrees with the interleaved one
-// the same way; its prefill (f32 activations) differs by the 8-bit activation error only.
+// blocks); interleaved matrices take 8-bit activations at every T, the file layout only below 16
+// tokens. stories260K keeps one float matrix (w_down, 172 inputs): its float reassociation between
+// prefill and decode can flip the rounding of an 8-bit activation downstream, so on this model the
+// paths agree to the 8-bit activation error (one rounding step moves a tiny model's logits by up to
+// ~0.15), not bit for bit (the all-quantized model above is). Mean NLL is the quality check.
 TEST(ForwardKv, InterleavedQuantizedWeightsMatchTheFileLayout) {
   auto path = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(path);
@@ -321,15 +322,30 @@ TEST(ForwardKv, InterleavedQuantizedWeightsMatchTheFileLayout) {
     }
     const auto n = static_cast<int64_t>(decode[0].size());
     ASSERT_EQ(static_cast<int64_t>(prefill[1].size()), n);
-    EXPECT_LE(max_rel_diff(prefill[1].data(), decode[1].data(), n), kReassociationTolerance);
-    EXPECT_LE(max_rel_diff(decode[1].data(), decode[0].data(), n), kReassociationTolerance);
+    constexpr double kActivationTolerance = 0.3;
+    EXPECT_LE(max_rel_diff(prefill[1].data(), decode[1].data(), n), kActivationTolerance);
+    EXPECT_LE(max_rel_diff(decode[1].data(), decode[0].data(), n), kActivationTolerance);
     // Not trivially equal: the two decode kernels do sum differently.
     EXPECT_NE(std::memcmp(decode[0].data(), decode[1].data(), n * sizeof(float)), 0);
     const double activation_error = max_rel_diff(prefill[1].data(), prefill[0].data(), n);
-    // stories260K's 64-wide rows make the activation error large for single logits (~0.17 at
-    // most here) while perplexity moves by < 0.2% (ember score: q8_0 1.7153 vs 1.7171).
-    EXPECT_LE(activation_error, 0.3);
+    EXPECT_LE(activation_error, kActivationTolerance);
     EXPECT_GT(activation_error, kReassociationTolerance);  // the file layout's prefill is f32
+    // Mean next-token NLL over the sequence, from each path's logits: within 1% of each other.
+    const int64_t V = n / static_cast<int64_t>(tokens.size());
+    auto mean_nll = [&](const std::vector<float>& z) {
+      double nll = 0;
+      for (size_t t = 0; t + 1 < tokens.size(); ++t) {
+        const float* row = z.data() + static_cast<int64_t>(t) * V;
+        double mx = *std::max_element(row, row + V), sum = 0;
+        for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+        nll += std::log(sum) + mx - row[tokens[t + 1]];
+      }
+      return nll / static_cast<double>(tokens.size() - 1);
+    };
+    const double reference = mean_nll(prefill[0]);
+    for (const auto* z : {&prefill[1], &decode[0], &decode[1]}) {
+      EXPECT_NEAR(mean_nll(*z), reference, 0.01 * reference);
+    }
   }
 }
 

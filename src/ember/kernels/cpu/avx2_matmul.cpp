@@ -13,11 +13,11 @@
 // 16-value chunk, zero-padded to a multiple of 16).
 //
 // Determinism: every output element has ONE accumulator that takes its FMAs in a fixed order
-// (increasing k; for bf16 even then odd chunk per 16 values) and is reduced by hsum(); the tile
-// shape only decides which elements run side by side. So y[t, n] is bit-identical for any T < 16,
-// row range or thread. From T = 16 on the tokens-in-lanes GEMM (avx2_matmul_token_groups.cpp) runs
-// instead: one accumulator lane per output summing k in order, bit-identical for any T >= 16; the
-// two differ by float reassociation only.
+// (increasing k; for bf16 even then odd chunk per 16 values) and is reduced by store_lane_sums();
+// the tile shape only decides which elements run side by side. So y[t, n] is bit-identical for any
+// T < 16, row range or thread. From T = 16 on the tokens-in-lanes GEMM
+// (avx2_matmul_token_groups.cpp) runs instead: one accumulator lane per output summing k in order,
+// bit-identical for any T >= 16; the two differ by float reassociation only.
 #include <algorithm>
 #include <vector>
 
@@ -70,11 +70,7 @@ EMBER_AVX2 void tile_f32_f16(const float* x, int64_t ldx, int64_t K, const uint8
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) y[t * ldy + r] = hsum(acc[r][t]);
-  }
+  store_lane_sums<R, NT>(acc, y, ldy);
 }
 
 // --- bf16: chunks of 16 against de-interleaved activations ------------------------------------
@@ -169,11 +165,7 @@ EMBER_AVX2 void tile_bf16(const float* xp, int64_t ldx, int64_t K, const uint8_t
   if (k < K) {
     bf16_chunk<R, NT, true>(xp, ldx, w, row_bytes, k, K, acc);
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) y[t * ldy + r] = hsum(acc[r][t]);
-  }
+  store_lane_sums<R, NT>(acc, y, ldy);
 }
 
 template <DType kDtype, int R, int NT>
