@@ -39,6 +39,19 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);
 }
 
+bool MappedFile::release_pages(const void* p, size_t bytes) const {
+  const auto* begin = static_cast<const uint8_t*>(p);
+  if (data_ == nullptr || begin < data_ || bytes > size_ ||
+      begin - data_ > static_cast<ptrdiff_t>(size_ - bytes)) {
+    return false;
+  }
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  return true;
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -21,6 +21,12 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Drops this process's pages of the whole pages inside [p, p + bytes), which must lie in this
+  // mapping (returns false and does nothing otherwise). The mapping stays valid: a later read
+  // faults the page back in from the file. For tensors copied out at load (converted, interleaved),
+  // so their file pages do not stay resident beside the copy.
+  bool release_pages(const void* p, size_t bytes) const;
+
   // Throws ember::Error("<path>: <what> ...") unless [offset, offset+length) lies inside the file.
   void check_range(uint64_t offset, uint64_t length, const std::string& what) const;
 

@@ -83,7 +83,9 @@ class WeightBuilder {
     const bool interleave = interleave_ && dtype_is_quantized(target);
     if (target == src.dtype && !permute) {
       if (!interleave) return source;  // zero-copy view into the mapping
-      return cpu::interleave_rows(source, allocate_for(source));
+      const cpu::WeightMatrix out = cpu::interleave_rows(source, allocate_for(source));
+      release_source(source);
+      return out;
     }
     cpu::WeightMatrix out{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
     uint8_t* dst = allocate_for(out);
@@ -99,6 +101,7 @@ class WeightBuilder {
         cpu::convert_row(row.data(), target, dst + r * out.row_bytes, cols);
       }
     }
+    release_source(source);
     return interleave ? cpu::interleave_rows(out, dst) : out;  // in place
   }
 
@@ -135,6 +138,15 @@ class WeightBuilder {
       cpu::convert_row(row.data(), target, dst + r * out.row_bytes, cols);
     }
     return interleave_ && dtype_is_quantized(target) ? cpu::interleave_rows(out, dst) : out;
+  }
+
+  // A matrix copied out of the file (converted, interleaved) is not read from the mapping again:
+  // drop its pages there so the process does not hold the model twice.
+  void release_source(const cpu::WeightMatrix& source) {
+    const auto bytes = static_cast<size_t>(source.n_rows * source.row_bytes);
+    for (const auto& mapping : ckpt_.mappings) {
+      if (mapping->release_pages(source.data, bytes)) return;
+    }
   }
 
   // Storage for a matrix of m's shape and dtype, large enough for the Interleaved8 layout (whole
