@@ -69,6 +69,26 @@ TEST(CliRun, GreedyStories260KWithEachIsaForced) {
   }
 }
 
+// q8_0/q4_0 matrices are interleaved at load unless --no-interleave; bench reports which ran, and
+// both generate.
+TEST(CliRun, NoInterleaveKeepsTheFileLayout) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const std::string m = "-m " + test::shell_quote(model.string()) + " --dtype q4_0";
+  for (const char* flag : {"", " --no-interleave"}) {
+    SCOPED_TRACE(flag);
+    auto bench = test::run_ember("bench " + m + flag + " -p 8 -n 4 -r 1 -t 1 --json");
+    ASSERT_EQ(bench.exit_code, 0) << bench.err;
+    const std::string want =
+        *flag == '\0' ? "\"layout\": \"interleaved8\"" : "\"layout\": \"rows\"";
+    EXPECT_NE(bench.out.find(want), std::string::npos) << bench.out;
+    auto run = test::run_ember("run " + m + flag + " -p 'Once upon a time' --temp 0 -n 20");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(run.out.rfind("Once upon a time", 0), 0u) << run.out;
+    EXPECT_GT(run.out.size(), std::string("Once upon a time").size() + 20) << run.out;
+  }
+}
+
 TEST(CliRun, GreedyIsTheSameForEveryThreadCount) {
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);

@@ -154,11 +154,16 @@ int bench_command(const BenchOptions& o) {
   if (o.prefix_tokens > 0) prefix = time_prefix_hit(model.weights, eo, o.prefix_tokens, rng);
   const ModelConfig& c = model.weights.config;
   const double weight_mb = static_cast<double>(model.weights.matrix_bytes()) / 1e6;
+  // How the layer matrices sit in memory: q8_0/q4_0 are interleaved at load unless --no-interleave.
+  const bool interleaved = !model.weights.layers.empty() &&
+                           model.weights.layers[0].wq.layout == cpu::WeightLayout::Interleaved8;
+  const char* layout = interleaved ? "interleaved8" : "rows";
 
   if (o.json) {
     nlohmann::ordered_json j;
     j["model"] = model.checkpoint.path;
     j["dtype"] = dtype_name(model.matrix_dtype);
+    j["layout"] = layout;
     j["isa"] = cpu::isa_name(cpu::active_isa());
     j["threads"] = engine.n_threads();
     j["batch"] = o.batch;
@@ -188,9 +193,10 @@ int bench_command(const BenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model %s: %s, %.1f MB of matrices, isa %s, %d threads, ready in %.3f s\n",
-              model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype), weight_mb,
-              cpu::isa_name(cpu::active_isa()), engine.n_threads(), model.load_seconds);
+  std::printf("model %s: %s%s, %.1f MB of matrices, isa %s, %d threads, ready in %.3f s\n",
+              model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype),
+              interleaved ? " interleaved" : "", weight_mb, cpu::isa_name(cpu::active_isa()),
+              engine.n_threads(), model.load_seconds);
   std::printf("| %-8s | %5s | %12s | %21s |\n", "test", "batch", "tok/s (med)", "min .. max");
   if (!pp.empty()) {
     std::printf("| pp%-6lld | %5d | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.prompt_tokens, 1,
