@@ -72,6 +72,18 @@ void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int3
   EXPECT_EQ(engine.kv().used_blocks(), 0);
 }
 
+// A --dummy model (seeded random weights) from a config.json written to a scratch directory.
+LoadedModel load_dummy(const std::string& name, const std::string& config_json, DType dtype) {
+  auto dir = test::scratch_dir(name);
+  std::ofstream(dir / "config.json") << config_json;
+  LoadOptions o;
+  o.path = dir.string();
+  o.dummy = true;
+  o.dtype = dtype;
+  o.load_tokenizer = false;
+  return load_model(o);
+}
+
 TEST(ForwardKv, DecodeEqualsPrefillOnStories260K) {
   auto path = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(path);
@@ -88,21 +100,15 @@ TEST(ForwardKv, DecodeEqualsPrefillOnStories260K) {
 
 TEST(ForwardKv, DecodeEqualsPrefillOnDummyGqaModel) {
   // A small GQA model (6 query heads over 2 KV heads) with llama3 RoPE scaling, random f32 weights.
-  auto dir = test::scratch_dir("dummy-gqa");
-  std::ofstream(dir / "config.json") << R"({
+  LoadedModel m = load_dummy("dummy-gqa", R"({
     "architectures": ["LlamaForCausalLM"], "model_type": "llama",
     "hidden_size": 96, "intermediate_size": 160, "num_hidden_layers": 3,
     "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 300,
     "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 512,
     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
-    "tie_word_embeddings": false, "torch_dtype": "float32"})";
-  LoadOptions o;
-  o.path = dir.string();
-  o.dummy = true;
-  o.dtype = DType::F32;
-  o.load_tokenizer = false;
-  LoadedModel m = load_model(o);
+    "tie_word_embeddings": false, "torch_dtype": "float32"})",
+                             DType::F32);
   EXPECT_EQ(m.weights.config.n_kv_heads, 2);
   std::vector<int32_t> tokens;
   for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 300);
@@ -110,19 +116,13 @@ TEST(ForwardKv, DecodeEqualsPrefillOnDummyGqaModel) {
 }
 
 TEST(ForwardKv, DecodeEqualsPrefillOnDummyQwen2WithBiasAndTiedEmbeddings) {
-  auto dir = test::scratch_dir("dummy-qwen2");
-  std::ofstream(dir / "config.json") << R"({
+  LoadedModel m = load_dummy("dummy-qwen2", R"({
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 200,
     "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 256,
-    "tie_word_embeddings": true, "torch_dtype": "bfloat16"})";
-  LoadOptions o;
-  o.path = dir.string();
-  o.dummy = true;
-  o.dtype = DType::F32;
-  o.load_tokenizer = false;
-  LoadedModel m = load_model(o);
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16"})",
+                             DType::F32);
   ASSERT_TRUE(m.weights.config.attention_bias);
   ASSERT_NE(m.weights.layers[0].bq, nullptr);
   EXPECT_EQ(m.weights.lm_head.data, m.weights.embed.data);
@@ -244,8 +244,7 @@ TEST(ForwardKv, PrefillLogitsDoNotDependOnThreadCount) {
 // With every matrix quantized and interleaved, nothing in the forward pass depends on how many
 // tokens share a step: prefill, token-by-token decode and batched decode give the same bits.
 TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
-  auto dir = test::scratch_dir("dummy-q4");
-  std::ofstream(dir / "config.json") << R"({
+  const std::string config = R"({
     "architectures": ["LlamaForCausalLM"], "model_type": "llama",
     "hidden_size": 96, "intermediate_size": 160, "num_hidden_layers": 2,
     "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 300,
@@ -253,12 +252,7 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
     "tie_word_embeddings": true, "torch_dtype": "float32"})";
   for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
     SCOPED_TRACE(dtype_name(dtype));
-    LoadOptions o;
-    o.path = dir.string();
-    o.dummy = true;
-    o.dtype = dtype;
-    o.load_tokenizer = false;
-    LoadedModel m = load_model(o);
+    LoadedModel m = load_dummy("dummy-q4", config, dtype);
     ASSERT_EQ(m.weights.lm_head.layout, cpu::WeightLayout::Interleaved8);  // 300 rows: padded
     std::vector<int32_t> tokens;
     for (int i = 0; i < 70; ++i) tokens.push_back((i * 41 + 3) % 300);
