@@ -280,14 +280,21 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
       pw = reinterpret_cast<const float*>(base + p * rb);
       ldw = rb / static_cast<int64_t>(sizeof(float));
     } else {
-      convert_panel<kDtype>(w, p, base + p * rb, rb, rows, K, panel_buf.data(), Kp,
-                            base + row_end * rb);
+      // On the lanes path the panel's rows were prefetched while the previous panel computed;
+      // only the first panel prefetches (its successor) during its own conversion.
+      const uint8_t* limit = !lanes || p == row_begin ? base + row_end * rb : base + p * rb;
+      convert_panel<kDtype>(w, p, base + p * rb, rb, rows, K, panel_buf.data(), Kp, limit);
       pw = panel_buf.data();
       ldw = Kp;
     }
     if (lanes) {
+      // The next panel's raw rows, spread over this panel's tiles (first token group only).
+      const int64_t next_rows = std::clamp<int64_t>(row_end - p - kPanel, 0, kPanel);
+      const uint8_t* next = base + (p + kPanel) * rb;
+      LinePrefetcher next_panel(next, next + next_rows * rb, (rows + 5) / 6 * ((Kp + 3) / 4), true);
       panel_lanes(x, T, Kp, pw, ldw, rows, y + p, ldy,
-                  kDtype == DType::F32 ? base + row_end * rb : nullptr);
+                  kDtype == DType::F32 ? base + row_end * rb : nullptr,
+                  kDtype == DType::F32 || p == row_begin ? nullptr : &next_panel);
       continue;
     }
     for (int64_t t0 = 0; t0 < T; t0 += token_block) {

@@ -124,7 +124,8 @@ EMBER_AVX2 void group_tokens(const float* x, int64_t ldx, int64_t token_begin, i
 // blocks and each 6-row tile (<= 37 KiB) near L1 while the groups of a block pass it. f32 weights
 // come straight from memory on their first pass: `next` prefetches the following rows then.
 EMBER_AVX2 void panel_lanes(const float* xg, int64_t T, int64_t K, const float* w, int64_t ldw,
-                            int64_t rows, float* y, int64_t ldy, const uint8_t* prefetch_limit) {
+                            int64_t rows, float* y, int64_t ldy, const uint8_t* prefetch_limit,
+                            LinePrefetcher* next_panel) {
   constexpr int R = 6;
   const int64_t groups = (T + kGroupTokens - 1) / kGroupTokens;
   const int64_t block = std::max<int64_t>(1, 256 * 1024 / (K * kGroupTokens * 4));
@@ -141,7 +142,7 @@ EMBER_AVX2 void panel_lanes(const float* xg, int64_t T, int64_t K, const float* 
         const float* xt = xg + g * K * kGroupTokens;
         const int64_t n_tokens = std::min(kGroupTokens, T - g * kGroupTokens);
         float* yt = y + g * kGroupTokens * ldy + n;
-        LinePrefetcher* pf = g == 0 && prefetch_limit != nullptr ? &prefetch : nullptr;
+        LinePrefetcher* pf = g != 0 ? nullptr : prefetch_limit != nullptr ? &prefetch : next_panel;
         if (full) {
           tile_lanes_group<R>(xt, K, w + n * ldw, ldw, yt, ldy, n_tokens, pf);
         } else {
