@@ -74,28 +74,46 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond);
 
-// One decode token of SmolLM2 attention over a 512-token context in shuffled 16-token blocks.
+// One decode token of SmolLM2 attention over a ctx-token context in shuffled 16-token blocks, from
+// an f32 or an f16 KV cache.
 void BM_Attention(benchmark::State& state) {
   const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
+  const bool f16 = state.range(1) != 0;
   const int64_t n_blocks = (ctx + bs - 1) / bs;
-  const auto k = random_floats(n_blocks * bs * n_kv * hd, 3);
-  const auto v = random_floats(n_blocks * bs * n_kv * hd, 4);
+  const int64_t n = n_blocks * bs * n_kv * hd;
+  const auto k = random_floats(n, 3);
+  const auto v = random_floats(n, 4);
+  std::vector<uint16_t> k16(static_cast<size_t>(n)), v16(static_cast<size_t>(n));
+  cpu::store_kv(k.data(), n, DType::F16, k16.data());
+  cpu::store_kv(v.data(), n, DType::F16, v16.data());
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), std::mt19937(5));
-  const cpu::PagedKv kv{k.data(), v.data(), bs, n_kv, hd};
+  cpu::PagedKv kv;
+  kv.k_pool = f16 ? static_cast<const void*>(k16.data()) : k.data();
+  kv.v_pool = f16 ? static_cast<const void*>(v16.data()) : v.data();
+  kv.dtype = f16 ? DType::F16 : DType::F32;
+  kv.block_size = bs;
+  kv.n_kv_heads = n_kv;
+  kv.head_dim = hd;
   const auto q = random_floats(n_heads * hd, 6);
   std::vector<float> out(static_cast<size_t>(n_heads * hd));
   for (auto _ : state) {
     cpu::attention(q.data(), n_heads, kv, table.data(), ctx, 0.125f, out.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["bytes/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * ctx * n_kv * hd * 4,
-                         benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2.0 * ctx * n_kv * hd * (f16 ? 2 : 4),
+      benchmark::Counter::kIsRate);
   state.SetLabel(cpu::isa_name(cpu::active_isa()));
 }
-BENCHMARK(BM_Attention)->Arg(512)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Attention)
+    ->ArgNames({"ctx", "f16"})
+    ->Args({512, 0})
+    ->Args({512, 1})
+    ->Args({65536, 0})  // 100 MB of f32 K/V: from DRAM, like a batched decode step
+    ->Args({65536, 1})
+    ->Unit(benchmark::kMicrosecond);
 
 // The elementwise kernels of one layer at T = 64 tokens.
 void BM_RmsnormRopeSilu(benchmark::State& state) {

@@ -89,6 +89,26 @@ TEST(CliRun, NoInterleaveKeepsTheFileLayout) {
   }
 }
 
+// --kv-dtype f16 reaches the KV pool (bench reports it), generates the same greedy story start as
+// the exact f32 cache on stories260K, and an unknown dtype is a one-line error.
+TEST(CliRun, KvDtypeF16) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const std::string m = "-m " + test::shell_quote(model.string());
+  auto bench = test::run_ember("bench " + m + " --kv-dtype f16 -p 8 -n 4 -r 1 -t 1 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("\"kv_dtype\": \"f16\""), std::string::npos) << bench.out;
+  const std::string run = "run " + m + " -p 'Once upon a time' --temp 0 -n 12";
+  auto f32 = test::run_ember(run);
+  auto f16 = test::run_ember(run + " --kv-dtype f16");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  ASSERT_EQ(f16.exit_code, 0) << f16.err;
+  EXPECT_EQ(f16.out, f32.out);
+  auto bad = test::run_ember(run + " --kv-dtype q4_0");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("unknown --kv-dtype 'q4_0'"), std::string::npos) << bad.err;
+}
+
 TEST(CliRun, GreedyIsTheSameForEveryThreadCount) {
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);

@@ -1,5 +1,7 @@
 // Paged attention on every ISA the CPU runs against the reference (gathered K/V, full softmax in
-// double). Tolerance: absolute 2e-5 with q, K, V in [-1, 1] (outputs are convex combinations of V).
+// double), from f32 and f16 caches. Tolerance: absolute 2e-5 with q, K, V in [-1, 1] (outputs are
+// convex combinations of V); with an f16 cache the reference reads the same stored halves, so the
+// tolerance is the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "ember/core/half.h"
 #include "ember/kernels/cpu/kernels.h"
 #include "ember/kernels/cpu/kernels_reference.h"
 #include "kernels_test_util.h"
@@ -27,11 +30,12 @@ struct Case {
 // A pool of n_blocks blocks with random contents and a shuffled (non-contiguous) block table.
 struct Pool {
   std::vector<float> k, v;
+  std::vector<uint16_t> k16, v16;  // the same values rounded to f16, for an f16 cache
   std::vector<int32_t> table;
   PagedKv kv;
 };
 
-Pool make_pool(const Case& c, uint32_t seed) {
+Pool make_pool(const Case& c, uint32_t seed, DType dtype = DType::F32) {
   Pool p;
   const int64_t n_table = (c.ctx_len + c.block_size - 1) / c.block_size;
   const int64_t n_blocks = n_table + 7;  // spare blocks the sequence does not own
@@ -42,7 +46,22 @@ Pool make_pool(const Case& c, uint32_t seed) {
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(seed + 2));
   p.table.assign(ids.begin(), ids.begin() + n_table);
-  p.kv = {p.k.data(), p.v.data(), c.block_size, c.n_kv_heads, c.head_dim};
+  p.kv.k_pool = p.k.data();
+  p.kv.v_pool = p.v.data();
+  p.kv.dtype = dtype;
+  p.kv.block_size = c.block_size;
+  p.kv.n_kv_heads = c.n_kv_heads;
+  p.kv.head_dim = c.head_dim;
+  if (dtype == DType::F16) {
+    p.k16.resize(p.k.size());
+    p.v16.resize(p.v.size());
+    for (size_t i = 0; i < p.k.size(); ++i) {
+      p.k16[i] = f32_to_f16(p.k[i]);
+      p.v16[i] = f32_to_f16(p.v[i]);
+    }
+    p.kv.k_pool = p.k16.data();
+    p.kv.v_pool = p.v16.data();
+  }
   return p;
 }
 
@@ -58,18 +77,20 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
   };
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
-    for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(isa_name(isa)) + " heads=" + std::to_string(c.n_heads) + "/" +
-                   std::to_string(c.n_kv_heads) + " hd=" + std::to_string(c.head_dim) +
-                   " bs=" + std::to_string(c.block_size) + " ctx=" + std::to_string(c.ctx_len));
-      Pool p = make_pool(c, static_cast<uint32_t>(c.ctx_len));
-      auto q = random_floats(c.n_heads * c.head_dim, 99);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-      std::vector<float> out(q.size()), want(q.size());
-      attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scale, out.data());
-      ref::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scale, want.data());
-      for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
-    }
+    for (DType dtype : {DType::F32, DType::F16})
+      for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype) +
+                     " heads=" + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
+                     " hd=" + std::to_string(c.head_dim) + " bs=" + std::to_string(c.block_size) +
+                     " ctx=" + std::to_string(c.ctx_len));
+        Pool p = make_pool(c, static_cast<uint32_t>(c.ctx_len), dtype);
+        auto q = random_floats(c.n_heads * c.head_dim, 99);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+        std::vector<float> out(q.size()), want(q.size());
+        attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scale, out.data());
+        ref::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scale, want.data());
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
+      }
   }
 }
 
@@ -77,13 +98,15 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
 TEST(KernelsAttention, PeakedScores) {
   const Case c{6, 2, 16, 4, 45};
   for (Isa isa : supported_isas()) {
-    IsaScope scope(isa);
-    Pool p = make_pool(c, 5);
-    auto q = random_floats(c.n_heads * c.head_dim, 6, -8.0f, 8.0f);
-    std::vector<float> out(q.size()), want(q.size());
-    attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 1.0f, out.data());
-    ref::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 1.0f, want.data());
-    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
+    for (DType dtype : {DType::F32, DType::F16}) {
+      IsaScope scope(isa);
+      Pool p = make_pool(c, 5, dtype);
+      auto q = random_floats(c.n_heads * c.head_dim, 6, -8.0f, 8.0f);
+      std::vector<float> out(q.size()), want(q.size());
+      attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 1.0f, out.data());
+      ref::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 1.0f, want.data());
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
+    }
   }
 }
 
@@ -146,26 +169,75 @@ TEST(KernelsAttention, KvHeadRangesMatchWholeCallBitExactly) {
 TEST(KernelsAttention, QueryTilesMatchSingleTokensBitExactly) {
   const Case c{9, 3, 64, 16, 75};
   for (Isa isa : supported_isas()) {
-    IsaScope scope(isa);
-    SCOPED_TRACE(isa_name(isa));
-    Pool p = make_pool(c, 21);
-    const int64_t qd = c.n_heads * c.head_dim;
-    for (int64_t first : {1, 15, 16, 40}) {
-      for (int64_t nt : {1, 2, 7, 8}) {
-        if (first + nt - 1 > c.ctx_len) continue;
-        auto q = random_floats(nt * qd, 22 + static_cast<uint32_t>(first));
-        std::vector<float> tiled(q.size()), single(q.size());
-        attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), first, 0.125f,
-                         tiled.data(), qd, 0, c.n_kv_heads);
-        for (int64_t u = 0; u < nt; ++u) {
-          attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), first + u, 0.125f,
-                    single.data() + u * qd);
+    for (DType dtype : {DType::F32, DType::F16}) {
+      IsaScope scope(isa);
+      SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype));
+      Pool p = make_pool(c, 21, dtype);
+      const int64_t qd = c.n_heads * c.head_dim;
+      for (int64_t first : {1, 15, 16, 40}) {
+        for (int64_t nt : {1, 2, 7, 8}) {
+          if (first + nt - 1 > c.ctx_len) continue;
+          auto q = random_floats(nt * qd, 22 + static_cast<uint32_t>(first));
+          std::vector<float> tiled(q.size()), single(q.size());
+          attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), first, 0.125f,
+                           tiled.data(), qd, 0, c.n_kv_heads);
+          for (int64_t u = 0; u < nt; ++u) {
+            attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), first + u, 0.125f,
+                      single.data() + u * qd);
+          }
+          EXPECT_EQ(std::memcmp(tiled.data(), single.data(), tiled.size() * 4), 0)
+              << "first " << first << " nt " << nt;
         }
-        EXPECT_EQ(std::memcmp(tiled.data(), single.data(), tiled.size() * 4), 0)
-            << "first " << first << " nt " << nt;
       }
     }
   }
+}
+
+// An f16 cache gives (nearly) the f32 cache's output: the only change is K/V rounded to f16.
+TEST(KernelsAttention, F16CacheStaysCloseToF32Cache) {
+  const Case c{9, 3, 64, 16, 200};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    SCOPED_TRACE(isa_name(isa));
+    Pool p32 = make_pool(c, 31, DType::F32);
+    Pool p16 = make_pool(c, 31, DType::F16);
+    auto q = random_floats(c.n_heads * c.head_dim, 32, -4.0f, 4.0f);
+    std::vector<float> o32(q.size()), o16(q.size());
+    attention(q.data(), c.n_heads, p32.kv, p32.table.data(), c.ctx_len, 0.125f, o32.data());
+    attention(q.data(), c.n_heads, p16.kv, p16.table.data(), c.ctx_len, 0.125f, o16.data());
+    double max_diff = 0.0;
+    for (size_t i = 0; i < q.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(o32[i]) - o16[i]));
+    }
+    EXPECT_GT(max_diff, 0.0);   // the cache really holds halves
+    EXPECT_LT(max_diff, 2e-3);  // f16 keeps ~11 bits: relative 2^-11 per value
+  }
+}
+
+// store_kv: F32 copies; F16 rounds to nearest even on every ISA, with the same bits as the scalar
+// f32_to_f16 (ties, subnormals, overflow to infinity included).
+TEST(KernelsAttention, StoreKvRoundsToF16LikeTheScalarConversion) {
+  std::vector<float> x = random_floats(1000, 41, -70000.0f, 70000.0f);
+  const float specials[] = {0.0f,           -0.0f,    1.0f,   65504.0f, 65519.0f, 65520.0f,
+                            -65520.0f,      1e-5f,    6e-8f,  3e-8f,    2.98e-8f, 1.00048828125f,
+                            1.00146484375f, -2.5e-6f, 1e-30f, 0.1f,     3.14159f, 1e9f};
+  x.insert(x.end(), std::begin(specials), std::end(specials));
+  for (size_t i = 0; i < 64; ++i)
+    x.push_back(random_floats(1, 50 + static_cast<uint32_t>(i))[0] * 1e-5f);
+  const auto n = static_cast<int64_t>(x.size());
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<uint16_t> h(x.size());
+    store_kv(x.data(), n, DType::F16, h.data());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(h[i], f32_to_f16(x[i])) << x[i];
+    std::vector<float> f(x.size());
+    store_kv(x.data(), n, DType::F32, f.data());
+    EXPECT_EQ(std::memcmp(f.data(), x.data(), x.size() * 4), 0);
+  }
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);        // rounds up to infinity
+  EXPECT_EQ(f32_to_f16(1.00048828125f), 0x3c00);  // a tie rounds to even (down)
+  EXPECT_EQ(f32_to_f16(1.00146484375f), 0x3c02);  // a tie rounds to even (up)
 }
 
 }  // namespace

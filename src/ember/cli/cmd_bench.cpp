@@ -131,6 +131,7 @@ int bench_command(const BenchOptions& o) {
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
   EngineOptions eo;
   eo.n_threads = o.model.threads;
+  eo.kv_dtype = o.model.parsed_kv_dtype();
   eo.max_context = std::max<int64_t>({o.prompt_tokens, o.decode_context + o.gen_tokens + 1, 16});
   eo.max_sequences = o.batch;
   Engine engine(model.weights, eo);
@@ -164,6 +165,7 @@ int bench_command(const BenchOptions& o) {
     j["model"] = model.checkpoint.path;
     j["dtype"] = dtype_name(model.matrix_dtype);
     j["layout"] = layout;
+    j["kv_dtype"] = dtype_name(eo.kv_dtype);
     j["isa"] = cpu::isa_name(cpu::active_isa());
     j["threads"] = engine.n_threads();
     j["batch"] = o.batch;
@@ -193,10 +195,11 @@ int bench_command(const BenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model %s: %s%s, %.1f MB of matrices, isa %s, %d threads, ready in %.3f s\n",
-              model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype),
-              interleaved ? " interleaved" : "", weight_mb, cpu::isa_name(cpu::active_isa()),
-              engine.n_threads(), model.load_seconds);
+  std::printf(
+      "model %s: %s%s, %.1f MB of matrices, %s KV cache, isa %s, %d threads, ready in %.3f s\n",
+      model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype),
+      interleaved ? " interleaved" : "", weight_mb, dtype_name(eo.kv_dtype),
+      cpu::isa_name(cpu::active_isa()), engine.n_threads(), model.load_seconds);
   std::printf("| %-8s | %5s | %12s | %21s |\n", "test", "batch", "tok/s (med)", "min .. max");
   if (!pp.empty()) {
     std::printf("| pp%-6lld | %5d | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.prompt_tokens, 1,
@@ -222,6 +225,7 @@ Command add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed (like llama-bench)");
   o->model.add_to(*cmd);
+  o->model.add_kv_dtype_option(*cmd);
   cmd->add_option("-p,--n-prompt", o->prompt_tokens, "Prompt tokens for the prefill test (0: skip)")
       ->capture_default_str();
   cmd->add_option("-n,--n-gen", o->gen_tokens, "Tokens to decode per sequence (0: skip)")

@@ -38,6 +38,7 @@ int chat_command(const ChatOptions& o) {
                                    : ChatTemplate::from_name(o.template_name);
   EngineOptions eo;
   eo.n_threads = o.model.threads;
+  eo.kv_dtype = o.model.parsed_kv_dtype();
   eo.max_context = o.model.context;
   Engine engine(model.weights, eo);
   SamplingParams sp = o.sampling;
@@ -120,6 +121,7 @@ Command add_chat_command(CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("chat", "Interactive chat; the KV cache is kept between turns");
   o->model.add_to(*cmd);
+  o->model.add_kv_dtype_option(*cmd);
   cmd->add_option("--system", o->system, "System message");
   cmd->add_option("--chat-template", o->template_name,
                   "Force a template: chatml, llama3, llama2, plain");

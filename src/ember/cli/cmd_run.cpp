@@ -43,6 +43,7 @@ int run_command(const RunOptions& o) {
 
   EngineOptions eo;
   eo.n_threads = o.model.threads;
+  eo.kv_dtype = o.model.parsed_kv_dtype();
   eo.max_context = o.model.context;
   Engine engine(model.weights, eo);
 
@@ -99,6 +100,7 @@ Command add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt");
   o->model.add_to(*cmd);
+  o->model.add_kv_dtype_option(*cmd);
   CLI::Option* prompt = cmd->add_option("-p,--prompt", o->prompt,
                                         "Prompt text (default: empty, i.e. start from BOS)");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->excludes(prompt);

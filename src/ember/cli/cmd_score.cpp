@@ -71,6 +71,7 @@ int score_command(const ScoreOptions& o) {
 
   EngineOptions eo;
   eo.n_threads = o.model.threads;
+  eo.kv_dtype = o.model.parsed_kv_dtype();
   eo.max_context = std::max<int64_t>(o.model.context, static_cast<int64_t>(ids.size()));
   Engine engine(model.weights, eo);
   Sequence seq;
@@ -121,6 +122,7 @@ Command add_score_command(CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("score", "Per-token negative log-likelihood and perplexity of a text");
   o->model.add_to(*cmd);
+  o->model.add_kv_dtype_option(*cmd);
   CLI::Option* text = cmd->add_option("-p,--prompt", o->text, "Text to score");
   CLI::Option* file =
       cmd->add_option("-f,--file", o->file, "Read the text from a file")->excludes(text);

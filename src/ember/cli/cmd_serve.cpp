@@ -58,6 +58,7 @@ int serve_command(const ServeOptions& o) {
 
   ServingOptions so;
   so.engine.n_threads = o.model.threads;
+  so.engine.kv_dtype = o.model.parsed_kv_dtype();
   so.engine.max_context = o.model.context;
   so.engine.max_sequences = o.max_seqs;
   so.engine.block_size = o.block_size;
@@ -133,6 +134,7 @@ Command add_serve_command(CLI::App& app) {
                                      "OpenAI-compatible HTTP server (/v1/completions, "
                                      "/v1/chat/completions, /v1/models, /health, /metrics)");
   o->model.add_to(*cmd);
+  o->model.add_kv_dtype_option(*cmd);
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port (0: any free port, printed on startup)")
       ->capture_default_str();

@@ -24,10 +24,14 @@ struct ModelOptions {
   bool no_interleave = false;
   int threads = 0;
   int64_t context = 0;
+  std::string kv_dtype = "f32";
 
   void add_to(CLI::App& app, bool model_is_positional = false);
+  // --kv-dtype, for the commands that run the model.
+  void add_kv_dtype_option(CLI::App& app);
   LoadOptions load_options(bool need_tokenizer) const;
   std::optional<DType> parsed_dtype() const;
+  DType parsed_kv_dtype() const;
 };
 
 Command add_run_command(CLI::App& app);

@@ -35,6 +35,19 @@ void ModelOptions::add_to(CLI::App& app, bool model_is_positional) {
                "them 8 rows at a time for the decode kernels at load");
 }
 
+void ModelOptions::add_kv_dtype_option(CLI::App& app) {
+  app.add_option("--kv-dtype", kv_dtype,
+                 "KV cache dtype: f32 (exact) or f16 (half the memory and attention traffic, as "
+                 "llama.cpp's default cache)")
+      ->capture_default_str();
+}
+
+DType ModelOptions::parsed_kv_dtype() const {
+  if (kv_dtype == "f32") return DType::F32;
+  if (kv_dtype == "f16") return DType::F16;
+  throw Error("unknown --kv-dtype '" + kv_dtype + "' (expected f32 or f16)");
+}
+
 std::optional<DType> ModelOptions::parsed_dtype() const {
   if (dtype.empty()) return std::nullopt;
   auto d = dtype_from_name(dtype);

@@ -21,6 +21,7 @@ KvPoolShape pool_shape(const ModelWeights& w, const EngineOptions& o, int64_t co
   s.block_size = o.block_size;
   s.n_kv_heads = w.config.n_kv_heads;
   s.head_dim = w.config.head_dim;
+  s.dtype = o.kv_dtype;
   int64_t per_seq = (context + o.block_size - 1) / o.block_size;
   s.n_blocks = o.kv_blocks > 0 ? o.kv_blocks : per_seq * std::max<int64_t>(1, o.max_sequences);
   return s;

@@ -23,6 +23,7 @@ struct EngineOptions {
   int64_t block_size = 16;    // tokens per KV block
   int64_t kv_blocks = 0;      // 0: enough for max_sequences x max_context
   bool prefix_caching = false;
+  DType kv_dtype = DType::F32;  // KV cache storage: F32, or F16 (half the memory and traffic)
 };
 
 // What one sequence contributes to a multi-sequence step.

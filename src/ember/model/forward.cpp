@@ -174,8 +174,7 @@ void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t
   // Bias, RoPE, and this step's K/V into each token's cache slot (block_table[pos / bs], slot
   // pos % bs), row by row.
   const int64_t bs = kv_pool_.block_size();
-  float* k_cache = kv_pool_.k_layer(layer);
-  float* v_cache = kv_pool_.v_layer(layer);
+  const DType kv_dtype = kv_pool_.dtype();
   for_token_rows(T, [&](int64_t b, int64_t e) {
     if (lw.bq != nullptr) {
       for (int64_t t = b; t < e; ++t) {
@@ -191,9 +190,12 @@ void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t
     for (int64_t t = b; t < e; ++t) {
       int64_t pos = positions_[t];
       int32_t block = token_seq_[t]->block_table[pos / bs];
-      int64_t off = kv_pool_.slot_offset(block, pos % bs);
-      std::copy_n(k_.data() + t * kvd, kvd, k_cache + off);
-      std::copy_n(v_.data() + t * kvd, kvd, v_cache + off);
+      for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+        const int64_t off = kv_pool_.row_offset(block, pos % bs, g);
+        const int64_t src = t * kvd + g * c.head_dim;
+        cpu::store_kv(k_.data() + src, c.head_dim, kv_dtype, kv_pool_.k_at(layer, off));
+        cpu::store_kv(v_.data() + src, c.head_dim, kv_dtype, kv_pool_.v_at(layer, off));
+      }
     }
   });
 

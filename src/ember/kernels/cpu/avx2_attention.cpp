@@ -7,10 +7,14 @@
 //   m' = max(m, max s);  c = exp(m - m');  l = c l + sum exp(s - m');  acc = c acc + sum exp(s -
 //   m') v
 // and at the end out = acc / l.
+//
+// An f16 cache's block is first widened (exactly) into per-thread f32 rows, once per (block, kv
+// head) for all the heads and tokens that read it; then the same f32 code runs over those rows.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "ember/core/aligned_vector.h"
 #include "ember/kernels/cpu/avx2_util.h"
 #include "ember/kernels/cpu/kernels_isa.h"
 
@@ -22,7 +26,28 @@ struct AttentionScratch {
   std::vector<float> acc;     // [group, hd_pad]
   std::vector<float> scores;  // [group, bs_pad]
   std::vector<float> m, l;    // [group]
+  AlignedVector<float> k, v;  // an f16 block widened: [block_size, hd_pad]
 };
+
+// Every cache line of [p, p + bytes) into L1.
+EMBER_AVX2_INLINE void prefetch_span(const char* p, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
+}
+
+// Rows [0, n) of one kv head's block (row i at src + i * src_stride halves) into dst [n, hd_pad].
+EMBER_AVX2_INLINE void widen_f16_rows(const uint16_t* src, int64_t src_stride, int64_t n,
+                                      int64_t hd, int64_t hd_pad, float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t* s = src + i * src_stride;
+    float* o = dst + i * hd_pad;
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) {
+      _mm256_store_ps(o + d,
+                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + d))));
+    }
+    for (; d < hd; ++d) o[d] = _cvtsh_ss(s[d]);
+  }
+}
 
 // q · k over hd values; hd % 8 lanes are handled with the tail mask.
 EMBER_AVX2_INLINE float dot(const float* q, const float* k, int64_t hd, __m256i mask) {
@@ -160,9 +185,16 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
     scratch.m.resize(static_cast<size_t>(rows));
     scratch.l.resize(static_cast<size_t>(rows));
   }
+  const bool f16 = kv.dtype == DType::F16;
+  const int64_t elem_bytes = f16 ? 2 : 4;
+  if (f16 && static_cast<int64_t>(scratch.k.size()) < bs * hd_pad) {
+    scratch.k.assign(static_cast<size_t>(bs * hd_pad), 0.0f);
+    scratch.v.assign(static_cast<size_t>(bs * hd_pad), 0.0f);
+  }
   float* scores = scratch.scores.data();
   const int64_t ctx_last = ctx0 + nt - 1;  // the longest context among the tokens
-  const int64_t row_stride = n_kv * hd;
+  // Distance between a block's consecutive token rows: in the pool, or in the widened f16 rows.
+  const int64_t row_stride = f16 ? hd_pad : hd;
 
   for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
     std::fill(scratch.acc.begin(), scratch.acc.begin() + rows * hd_pad, 0.0f);
@@ -170,9 +202,30 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
     std::fill(scratch.l.begin(), scratch.l.begin() + rows, 0.0f);
     for (int64_t p0 = 0; p0 < ctx_last; p0 += bs) {
       const int64_t block = block_table[p0 / bs];
-      // Row of token slot i of this block for kv head g: [(block * bs + i) * n_kv + g] * hd.
-      const float* kb = kv.k_pool + (block * bs * n_kv + g) * hd;
-      const float* vb = kv.v_pool + (block * bs * n_kv + g) * hd;
+      // This block's rows for kv head g: bs consecutive rows of hd values.
+      const int64_t first = kv.row_offset(block, 0, g);
+      // The next block sits anywhere in the pool: the hardware prefetcher cannot guess it, so its
+      // rows for this head are requested now, while this block computes.
+      if (p0 + bs < ctx_last) {
+        const int64_t next_rows = std::min(bs, ctx_last - p0 - bs);
+        const int64_t next = kv.row_offset(block_table[p0 / bs + 1], 0, g) * elem_bytes;
+        prefetch_span(static_cast<const char*>(kv.k_pool) + next, next_rows * hd * elem_bytes);
+        prefetch_span(static_cast<const char*>(kv.v_pool) + next, next_rows * hd * elem_bytes);
+      }
+      const float* kb;
+      const float* vb;
+      if (f16) {
+        const int64_t n_rows = std::min(bs, ctx_last - p0);
+        widen_f16_rows(static_cast<const uint16_t*>(kv.k_pool) + first, hd, n_rows, hd, hd_pad,
+                       scratch.k.data());
+        widen_f16_rows(static_cast<const uint16_t*>(kv.v_pool) + first, hd, n_rows, hd, hd_pad,
+                       scratch.v.data());
+        kb = scratch.k.data();
+        vb = scratch.v.data();
+      } else {
+        kb = static_cast<const float*>(kv.k_pool) + first;
+        vb = static_cast<const float*>(kv.v_pool) + first;
+      }
       for (int64_t u = 0; u < nt; ++u) {
         const int64_t ctx_len = ctx0 + u;
         if (p0 >= ctx_len) continue;

@@ -1,5 +1,5 @@
-// AVX2 elementwise and per-row kernels: rmsnorm, rope, softmax, silu_mul, add_inplace and
-// dequantize_row. Rows whose length is not a multiple of 8 finish with masked loads/stores.
+// AVX2 elementwise and per-row kernels: rmsnorm, rope, softmax, silu_mul, add_inplace, store_kv
+// and dequantize_row. Rows whose length is not a multiple of 8 finish with masked loads/stores.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -135,6 +135,20 @@ EMBER_AVX2 void add_inplace(float* y, const float* x, int64_t n) {
     _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
   }
   for (; i < n; ++i) y[i] += x[i];
+}
+
+EMBER_AVX2 void store_kv(const float* x, int64_t n, DType dtype, void* out) {
+  if (dtype == DType::F32) {
+    std::copy_n(x, n, static_cast<float*>(out));
+    return;
+  }
+  auto* o = static_cast<uint16_t*>(out);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i), h);
+  }
+  for (; i < n; ++i) o[i] = f32_to_f16(x[i]);
 }
 
 // Exact conversion of one row, 8 or 32 values at a time.

@@ -23,6 +23,7 @@ constexpr KernelTable kScalarTable = {
     scalar::softmax,
     scalar::silu_mul,
     scalar::add_inplace,
+    scalar::store_kv,
     scalar::dequantize_row,
     scalar::attention_tokens,
     scalar::quantize_activations,
@@ -40,6 +41,7 @@ constexpr KernelTable kAvx2Table = {
     avx2::softmax,
     avx2::silu_mul,
     avx2::add_inplace,
+    avx2::store_kv,
     avx2::dequantize_row,
     avx2::attention_tokens,
     avx2::quantize_activations,
@@ -170,6 +172,10 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
 
 void add_inplace(float* y, const float* x, int64_t n) {
   table().add_inplace(y, x, n);
+}
+
+void store_kv(const float* x, int64_t n, DType dtype, void* out) {
+  table().store_kv(x, n, dtype, out);
 }
 
 void dequantize_row(const WeightMatrix& table_w, int64_t row, float* out) {

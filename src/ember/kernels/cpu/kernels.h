@@ -116,18 +116,32 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 // y[i] += x[i].
 void add_inplace(float* y, const float* x, int64_t n);
 
+// x [n] f32 into a KV cache row of `dtype` at out: F32 copies, F16 rounds to nearest even (the
+// AVX2 path's F16C conversion and the scalar one give the same bits).
+void store_kv(const float* x, int64_t n, DType dtype, void* out);
+
 // Row `row` of an embedding table in any dtype, converted to f32 into out[0, n_cols).
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 
-// Paged KV cache as attention reads it: per layer, a pool of blocks, each holding block_size
-// tokens x n_kv_heads x head_dim floats for K (and likewise V):
-//   k_pool[((block * block_size + slot) * n_kv_heads + kv_head) * head_dim + d]
+// Paged KV cache as attention reads it: per layer, a pool of blocks, each holding n_kv_heads x
+// block_size tokens x head_dim values for K (and likewise V), f32 or f16 (`dtype`):
+//   k_pool[((block * n_kv_heads + kv_head) * block_size + slot) * head_dim + d]
+// Head-major within a block, so the rows one kv head reads from a block are one contiguous run
+// (4 KiB for SmolLM2 in f32) that the hardware prefetcher streams.
+// An f16 cache halves the bytes attention streams per step; every reader widens the stored values
+// exactly (f16 -> f32), so the f16 rounding happens once, when store_kv writes them.
 struct PagedKv {
-  const float* k_pool = nullptr;
-  const float* v_pool = nullptr;
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
+  DType dtype = DType::F32;  // F32 or F16
   int64_t block_size = 16;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+
+  // Element offset of (block, slot, kv head)'s head_dim values.
+  int64_t row_offset(int64_t block, int64_t slot, int64_t kv_head) const {
+    return ((block * n_kv_heads + kv_head) * block_size + slot) * head_dim;
+  }
 };
 
 // Causal attention of one query token over context positions [0, ctx_len) of its sequence, read

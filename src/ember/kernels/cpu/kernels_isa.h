@@ -18,6 +18,7 @@ struct KernelTable {
   void (*softmax)(float* x, int64_t n);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
   void (*add_inplace)(float* y, const float* x, int64_t n);
+  void (*store_kv)(const float* x, int64_t n, DType dtype, void* out);
   void (*dequantize_row)(const WeightMatrix& table, int64_t row, float* out);
   void (*attention_tokens)(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
                            const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
@@ -42,6 +43,7 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_d
 void softmax(float* x, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace(float* y, const float* x, int64_t n);
+void store_kv(const float* x, int64_t n, DType dtype, void* out);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
                       const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
@@ -66,6 +68,7 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_d
 void softmax(float* x, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace(float* y, const float* x, int64_t n);
+void store_kv(const float* x, int64_t n, DType dtype, void* out);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
                       const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,

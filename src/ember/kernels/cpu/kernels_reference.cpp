@@ -128,9 +128,17 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
   std::vector<float> k(static_cast<size_t>(ctx_len * n_kv * hd));
   std::vector<float> v(k.size());
   for (int64_t p = 0; p < ctx_len; ++p) {
-    const int64_t src = (block_table[p / kv.block_size] * kv.block_size + p % kv.block_size);
-    std::memcpy(&k[p * n_kv * hd], kv.k_pool + src * n_kv * hd, n_kv * hd * sizeof(float));
-    std::memcpy(&v[p * n_kv * hd], kv.v_pool + src * n_kv * hd, n_kv * hd * sizeof(float));
+    for (int64_t i = 0; i < n_kv * hd; ++i) {
+      const int64_t e =
+          kv.row_offset(block_table[p / kv.block_size], p % kv.block_size, i / hd) + i % hd;
+      if (kv.dtype == DType::F16) {
+        k[p * n_kv * hd + i] = f16_to_f32(static_cast<const uint16_t*>(kv.k_pool)[e]);
+        v[p * n_kv * hd + i] = f16_to_f32(static_cast<const uint16_t*>(kv.v_pool)[e]);
+      } else {
+        k[p * n_kv * hd + i] = static_cast<const float*>(kv.k_pool)[e];
+        v[p * n_kv * hd + i] = static_cast<const float*>(kv.v_pool)[e];
+      }
+    }
   }
   std::vector<double> s(static_cast<size_t>(ctx_len));
   for (int64_t h = 0; h < n_heads; ++h) {

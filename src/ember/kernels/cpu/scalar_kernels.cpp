@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ember/core/half.h"
 #include "ember/kernels/cpu/kernels_isa.h"
 #include "ember/kernels/cpu/kernels_reference.h"
 
@@ -113,25 +114,46 @@ void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void store_kv(const float* x, int64_t n, DType dtype, void* out) {
+  if (dtype == DType::F32) {
+    std::copy_n(x, n, static_cast<float*>(out));
+    return;
+  }
+  auto* o = static_cast<uint16_t*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = f32_to_f16(x[i]);
+}
+
 // One pass over the context per query head with an online softmax: running max m, running
 // denominator l and an unnormalised output accumulator acc [head_dim], rescaled when m grows.
 namespace {
+
+// The hd values at element `offset` of a K or V pool as f32: in place for F32, widened into buf
+// for F16.
+const float* kv_row(const void* pool, DType dtype, int64_t offset, int64_t hd, float* buf) {
+  if (dtype == DType::F32) return static_cast<const float*>(pool) + offset;
+  const uint16_t* h = static_cast<const uint16_t*>(pool) + offset;
+  for (int64_t d = 0; d < hd; ++d) buf[d] = f16_to_f32(h[d]);
+  return buf;
+}
+
 void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
                    int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
                    int64_t kv_head_end) {
   thread_local std::vector<float> acc_buf;
   const int64_t hd = kv.head_dim;
   const int64_t group = n_heads / kv.n_kv_heads;
-  float* acc = scratch(acc_buf, hd);
+  float* acc = scratch(acc_buf, 3 * hd);  // acc, then K and V rows widened from f16
+  float* k_buf = acc + hd;
+  float* v_buf = acc + 2 * hd;
   for (int64_t h = kv_head_begin * group; h < kv_head_end * group; ++h) {
     const int64_t g = h / group;
     const float* qh = q + h * hd;
     float m = -INFINITY, l = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
     for (int64_t p = 0; p < ctx_len; ++p) {
-      const int64_t slot = block_table[p / kv.block_size] * kv.block_size + p % kv.block_size;
-      const float* k = kv.k_pool + (slot * kv.n_kv_heads + g) * hd;
-      const float* v = kv.v_pool + (slot * kv.n_kv_heads + g) * hd;
+      const int64_t row = kv.row_offset(block_table[p / kv.block_size], p % kv.block_size, g);
+      const float* k = kv_row(kv.k_pool, kv.dtype, row, hd, k_buf);
+      const float* v = kv_row(kv.v_pool, kv.dtype, row, hd, v_buf);
       const float s = dot(qh, k, hd) * scale;
       if (s > m) {
         const float c = std::exp(m - s);  // 0 on the first position (m = -inf)
