@@ -33,10 +33,15 @@ struct TensorRow {
   TensorComponent component = TensorComponent::Other;
 };
 
+// 1234567 -> "1,234,567" (built front to back: GCC 12 warns, falsely, on string::insert here).
 std::string with_commas(int64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > (v < 0 ? 1 : 0); i -= 3)
-    s.insert(static_cast<size_t>(i), ",");
+  const std::string digits = std::to_string(v);
+  const size_t first = v < 0 ? 1 : 0;  // after the sign
+  std::string s = digits.substr(0, first);
+  for (size_t i = first; i < digits.size(); ++i) {
+    if (i > first && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
   return s;
 }
 
