@@ -109,11 +109,12 @@ int serve_command(const ServeOptions& o) {
   });
 
   std::fprintf(stderr,
-               "[ember] model %s (%s), %d threads, context %lld, %lld KV blocks of %lld, "
+               "[ember] model %s (%s), %d threads, context %lld, %lld %s KV blocks of %lld, "
                "prefix cache %s, chat template %s\n",
                model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype),
                engine.engine().n_threads(), static_cast<long long>(engine.max_context()),
                static_cast<long long>(engine.engine().kv().n_blocks()),
+               dtype_name(so.engine.kv_dtype),
                static_cast<long long>(engine.engine().kv().block_size()),
                so.engine.prefix_caching ? "on" : "off", chat.name());
   std::fprintf(stderr, "listening on http://%s:%d\n", o.host.c_str(), port);
