@@ -2,6 +2,7 @@
 // streaming seen through curl, greedy output equal to `ember run`, and validation errors.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
 #include <memory>
 
@@ -262,6 +263,28 @@ TEST_F(ServerApi, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
   EXPECT_EQ(test::http_get(port_, "/health").status, 200);
   auto ok = test::post_json(port_, c, {{"prompt", "a"}, {"max_tokens", 2}});
   EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+// `serve --kv-dtype f16` runs on an f16 cache (named in its startup line) and its greedy completion
+// equals `ember run --kv-dtype f16` for the same prompt.
+TEST(ServerKvDtype, F16CacheCompletionEqualsEmberRunWithF16Cache) {
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  test::ServerProcess server("-m " + test::shell_quote(model.string()) + " -t 2 --kv-dtype f16");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  EXPECT_NE(server.log().find("f16 KV blocks"), std::string::npos) << server.log();
+  const std::string prompt = "Once upon a time";
+  auto run = test::run_ember("run -m " + test::shell_quote(model.string()) + " -p " +
+                             test::shell_quote(prompt) + " --temp 0 -n 32 --kv-dtype f16");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::string expected = run.out.substr(std::min(run.out.size(), prompt.size()));
+  if (!expected.empty() && expected.back() == '\n') expected.pop_back();
+  auto r = test::post_json(
+      server.port(), "/v1/completions",
+      {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", 32}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], expected);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
 }  // namespace
