@@ -34,11 +34,11 @@ EMBER_AVX2_INLINE void prefetch_span(const char* p, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
 }
 
-// Rows [0, n) of one kv head's block (row i at src + i * src_stride halves) into dst [n, hd_pad].
-EMBER_AVX2_INLINE void widen_f16_rows(const uint16_t* src, int64_t src_stride, int64_t n,
-                                      int64_t hd, int64_t hd_pad, float* dst) {
+// Rows [0, n) of one kv head's block (contiguous, hd halves each) into dst [n, hd_pad].
+EMBER_AVX2_INLINE void widen_f16_rows(const uint16_t* src, int64_t n, int64_t hd, int64_t hd_pad,
+                                      float* dst) {
   for (int64_t i = 0; i < n; ++i) {
-    const uint16_t* s = src + i * src_stride;
+    const uint16_t* s = src + i * hd;
     float* o = dst + i * hd_pad;
     int64_t d = 0;
     for (; d + 8 <= hd; d += 8) {
@@ -216,9 +216,9 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
       const float* vb;
       if (f16) {
         const int64_t n_rows = std::min(bs, ctx_last - p0);
-        widen_f16_rows(static_cast<const uint16_t*>(kv.k_pool) + first, hd, n_rows, hd, hd_pad,
+        widen_f16_rows(static_cast<const uint16_t*>(kv.k_pool) + first, n_rows, hd, hd_pad,
                        scratch.k.data());
-        widen_f16_rows(static_cast<const uint16_t*>(kv.v_pool) + first, hd, n_rows, hd, hd_pad,
+        widen_f16_rows(static_cast<const uint16_t*>(kv.v_pool) + first, n_rows, hd, hd_pad,
                        scratch.v.data());
         kb = scratch.k.data();
         vb = scratch.v.data();

@@ -126,7 +126,7 @@ EMBER_AVX2 void group_tokens(const float* x, int64_t ldx, int64_t token_begin, i
 EMBER_AVX2 void panel_lanes(const float* xg, int64_t T, int64_t K, const float* w, int64_t ldw,
                             int64_t rows, float* y, int64_t ldy, const uint8_t* prefetch_limit,
                             LinePrefetcher* next_panel) {
-  constexpr int R = 6;
+  constexpr int R = kLanesTileRows;
   const int64_t groups = (T + kGroupTokens - 1) / kGroupTokens;
   const int64_t block = std::max<int64_t>(1, 256 * 1024 / (K * kGroupTokens * 4));
   const int64_t row_bytes = ldw * static_cast<int64_t>(sizeof(float));

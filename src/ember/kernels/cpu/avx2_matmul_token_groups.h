@@ -8,6 +8,8 @@
 namespace ember::cpu::avx2 {
 
 constexpr int64_t kGroupTokens = 16;
+// Weight rows per panel_lanes tile (6 rows x 16 tokens: 12 accumulators).
+constexpr int64_t kLanesTileRows = 6;
 
 // Tokens [token_begin, token_end) (rows of x, ldx apart, the first at x) into xg [G, K, 16],
 // G = ceil(T / 16): group g holds tokens 16g .. 16g + 15 side by side for every k, zeros for tokens
