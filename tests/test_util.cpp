@@ -3,8 +3,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <system_error>
+#include <vector>
 
 namespace ember::test {
 
@@ -13,6 +16,44 @@ static std::string read_all(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+namespace {
+
+// Directories scratch_dir made in this process, and the pid that made them: a forked child that
+// exits must not delete its parent's files.
+struct ScratchRegistry {
+  pid_t owner = ::getpid();
+  std::vector<std::filesystem::path> dirs;
+};
+
+ScratchRegistry& scratch_registry() {
+  static ScratchRegistry registry;
+  return registry;
+}
+
+void remove_scratch_dirs() {
+  auto& registry = scratch_registry();
+  if (registry.owner != ::getpid()) return;
+  if (const char* keep = std::getenv("EMBER_KEEP_SCRATCH"); keep != nullptr && *keep != '\0')
+    return;
+  for (const auto& dir : registry.dirs) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+}
+
+}  // namespace
+
+std::filesystem::path scratch_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("ember-test-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto& registry = scratch_registry();
+  if (registry.dirs.empty()) std::atexit(remove_scratch_dirs);
+  registry.dirs.push_back(dir);
+  return dir;
 }
 
 CommandResult run_ember(const std::string& args) {

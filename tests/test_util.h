@@ -27,14 +27,9 @@ inline std::filesystem::path fixture(const std::string& relative) {
                    << " (set EMBER_FIXTURES to the shared fixtures directory)"; \
   } while (0)
 
-// A fresh scratch directory for one test, under the system temp dir.
-inline std::filesystem::path scratch_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("ember-test-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+// A fresh scratch directory for one test, under the system temp dir. It is removed when the test
+// process exits (ctest runs one test per process), unless EMBER_KEEP_SCRATCH is set to look at it.
+std::filesystem::path scratch_dir(const std::string& name);
 
 inline std::string ember_binary() {
   return EMBER_BINARY;
