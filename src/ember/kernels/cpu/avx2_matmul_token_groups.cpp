@@ -4,7 +4,9 @@
 // output. With 8 tokens per vector and a weight broadcast from the (f32) panel, a 6-row x 16-token
 // tile does 12 FMAs per 8 loads with no reduction at the end. One thread, SmolLM2 shapes, the whole
 // matmul (panel conversion included), median of 7 alternating runs: f32 K=576 N=1536 T=32 51 -> 72
-// GFLOP/s, bf16 65 -> 70; at T=128 bf16 66 -> 82 (peak FMA rate ~97).
+// GFLOP/s, bf16 65 -> 70; at T=128 bf16 66 -> 82 (peak FMA rate ~97). The 6x16 tile in assembly
+// (below) then took f32 T=32 from 67-75 to 74-82 GFLOP/s and bf16 from 62-70 to 65-73 (3
+// alternating runs of BM_Matmul).
 #include "ember/kernels/cpu/avx2_matmul_token_groups.h"
 
 #include <algorithm>
@@ -53,6 +55,69 @@ EMBER_AVX2_INLINE void lanes_step(const float* xg, int64_t k, const float* w, in
   }
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+// Four k of the 6-row x 16-token tile in assembly. GCC 12 compiles the intrinsics version with two
+// accumulator spills per four k (12 accumulators + 2 activation vectors + 1 broadcast leave one
+// spare register, and its scheduler wants more) and one pointer increment per weight row. Here the
+// 12 accumulators stay in ymm0-11 (the "+x" operands; ymm12-15 are the scratch), the six rows are
+// addressed from two bases (rows 0-2 at w + {0, 1, 2} * ld, rows 3-5 at w3 + {0, 1, 2} * ld) and
+// every output still does acc = w[r, k] * x[k, t] + acc for k = 0, 1, ..: bit-identical to
+// lanes_step.
+#define EMBER_LANES_ROW(j, base, index, a0, a1, wreg)    \
+  "vbroadcastss " #j "*4(%[" base "]" index "), %%" wreg \
+  "\n\t"                                                 \
+  "vfmadd231ps %%ymm12, %%" wreg ", %[" a0               \
+  "]\n\t"                                                \
+  "vfmadd231ps %%ymm13, %%" wreg ", %[" a1 "]\n\t"
+#define EMBER_LANES_K(j)                                                                       \
+  "vmovups " #j                                                                                \
+  "*64(%[x]), %%ymm12\n\t"                                                                     \
+  "vmovups " #j "*64+32(%[x]), %%ymm13\n\t" EMBER_LANES_ROW(j, "w", "", "a00", "a01", "ymm14") \
+      EMBER_LANES_ROW(j, "w", ",%[ld]", "a10", "a11", "ymm15")                                 \
+          EMBER_LANES_ROW(j, "w", ",%[ld],2", "a20", "a21", "ymm14")                           \
+              EMBER_LANES_ROW(j, "w3", "", "a30", "a31", "ymm15")                              \
+                  EMBER_LANES_ROW(j, "w3", ",%[ld]", "a40", "a41", "ymm14")                    \
+                      EMBER_LANES_ROW(j, "w3", ",%[ld],2", "a50", "a51", "ymm15")
+
+EMBER_AVX2 void tile_lanes_6x2(const float* xg, int64_t K, const float* w, int64_t ldw, float* y,
+                               int64_t ldy, int64_t n_tokens, LinePrefetcher* prefetch) {
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
+  __m256 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+  const float* x = xg;
+  const float* w0 = w;
+  const float* w3 = w + 3 * ldw;
+  const int64_t ld = ldw * static_cast<int64_t>(sizeof(float));
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    if (prefetch != nullptr) prefetch->step();
+    // (GCC allows 30 operands, an in-out one counting twice: the pointers advance outside.)
+    asm(EMBER_LANES_K(0) EMBER_LANES_K(1) EMBER_LANES_K(2) EMBER_LANES_K(3)
+        : [a00] "+x"(a00), [a01] "+x"(a01), [a10] "+x"(a10), [a11] "+x"(a11), [a20] "+x"(a20),
+          [a21] "+x"(a21), [a30] "+x"(a30), [a31] "+x"(a31), [a40] "+x"(a40), [a41] "+x"(a41),
+          [a50] "+x"(a50), [a51] "+x"(a51)
+        : [x] "r"(x), [w] "r"(w0), [w3] "r"(w3), [ld] "r"(ld)
+        : "xmm12", "xmm13", "xmm14", "xmm15", "memory");
+    x += 4 * kGroupTokens;
+    w0 += 4;
+    w3 += 4;
+  }
+  __m256 acc[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+  for (; k < K; ++k) lanes_step<6, 2>(xg, k, w, ldw, acc);
+  alignas(32) float lanes[6][16];
+#pragma GCC unroll 8
+  for (int r = 0; r < 6; ++r) {
+    _mm256_store_ps(&lanes[r][0], acc[r][0]);
+    _mm256_store_ps(&lanes[r][8], acc[r][1]);
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < 6; ++r) y[t * ldy + r] = lanes[r][t];
+  }
+}
+#undef EMBER_LANES_K
+#undef EMBER_LANES_ROW
+#define EMBER_HAVE_LANES_6X2_ASM 1
+#endif
+
 // y[t, r] for R f32 weight rows (ldw floats apart) x the NV * 8 tokens of one group (xg: [K, 16]);
 // n_tokens (<= NV * 8) of them are stored. Each output sums k = 0, 1, .. K - 1 in that order in one
 // lane, whatever the tile: results are bit-identical for every T >= 16, row range and thread.
@@ -86,6 +151,12 @@ EMBER_AVX2_INLINE void tile_lanes_group(const float* xg, int64_t K, const float*
                                         float* y, int64_t ldy, int64_t n_tokens,
                                         LinePrefetcher* prefetch) {
   if (n_tokens > 8) {
+#ifdef EMBER_HAVE_LANES_6X2_ASM
+    if constexpr (R == 6) {
+      tile_lanes_6x2(xg, K, w, ldw, y, ldy, n_tokens, prefetch);
+      return;
+    }
+#endif
     tile_lanes<R, 2>(xg, K, w, ldw, y, ldy, n_tokens, prefetch);
   } else {
     tile_lanes<R, 1>(xg, K, w, ldw, y, ldy, n_tokens, prefetch);
