@@ -74,6 +74,10 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
       {9, 3, 8, 5, 23},     // odd block size
       {4, 4, 20, 16, 40},   // no GQA; head_dim not a multiple of 8
       {9, 3, 64, 16, 512},  // a long context
+      // Softmax steps of whole blocks (>= 64 keys): several steps, the last one partial.
+      {9, 3, 64, 16, 200},  // 4 blocks a step: 64, 64, 64, 8 keys
+      {9, 3, 8, 5, 150},    // 12 blocks a step: 60, 60, 30 keys
+      {4, 2, 16, 80, 170},  // a block longer than a step: one block a step
   };
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);

@@ -1,9 +1,10 @@
 // AVX2 attention of one query token over its paged context, FlashAttention-style: the context is
-// streamed one KV block at a time with an online softmax, so no [ctx_len] score row is ever built.
+// streamed a few KV blocks at a time (a softmax step) with an online softmax, so no [ctx_len] score
+// row is ever built.
 //
 // Per kv head g, the `group` query heads that share it (GQA) are processed together, so each K/V
 // row is fetched from memory once for all of them. State per query head: running max m, running
-// denominator l and an unnormalised accumulator acc [head_dim]. For each block of scores s:
+// denominator l and an unnormalised accumulator acc [head_dim]. For each step's scores s:
 //   m' = max(m, max s);  c = exp(m - m');  l = c l + sum exp(s - m');  acc = c acc + sum exp(s -
 //   m') v
 // and at the end out = acc / l.
@@ -24,9 +25,9 @@ namespace {
 // Per-thread scratch that only grows: the hot path does not allocate after the first call.
 struct AttentionScratch {
   std::vector<float> acc;     // [group, hd_pad]
-  std::vector<float> scores;  // [group, bs_pad]
+  std::vector<float> scores;  // [group, step_pad]
   std::vector<float> m, l;    // [group]
-  AlignedVector<float> k, v;  // an f16 block widened: [block_size, hd_pad]
+  AlignedVector<float> k, v;  // a step's f16 blocks widened: [step_keys, hd_pad]
 };
 
 // Every cache line of [p, p + bytes) into L1.
@@ -159,13 +160,54 @@ EMBER_AVX2_INLINE void accumulate_pv_any(float* acc, const float* p, const float
   }
 }
 
+// Keys per online-softmax step: whole blocks, at least this many. The softmax update (max, exp,
+// hsum, rescale of the accumulator) is a serial chain per head; one per 16-key block was a
+// quarter of the block's work. Four blocks per step: BM_Attention (3 alternating runs, one thread)
+// 512-token context f32 cache 49-51 -> 46-48 us, f16 64-80 -> 58-60 us; in the engine B = 4 at a
+// 512-token context x1.05 (8 pairs, 0.92..1.54), B = 32 at 128-256 within noise.
+constexpr int64_t kSoftmaxStepKeys = 64;
+
+// The blocks of one softmax step for one kv head: K and V rows of block b at k[b] / v[b] (in the
+// pool, or in the widened f16 scratch).
+struct StepBlocks {
+  static constexpr int64_t kMax = kSoftmaxStepKeys;  // enough for block_size >= 1
+  const float* k[kMax];
+  const float* v[kMax];
+  int64_t count = 0;
+};
+
+// Scores s[0, n) = scale * q . k_i over a step's keys (block b holds keys [b bs, b bs + bs)), then
+// -inf up to n_pad so that exp() makes the padding 0. Keys go 8, then 4, then 1 at a time within
+// each block, as dot8 / dot4 / dot give the same bits per key.
+EMBER_AVX2_INLINE void step_scores(const float* q, const StepBlocks& blocks, int64_t bs, int64_t n,
+                                   int64_t row_stride, int64_t hd, __m256i hd_mask, float scale,
+                                   int64_t n_pad, float* s) {
+  for (int64_t b = 0; b * bs < n; ++b) {
+    const float* kb = blocks.k[b];
+    float* sb = s + b * bs;
+    const int64_t nb = std::min(bs, n - b * bs);
+    int64_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+      const __m256 d8 = dot8(q, kb + i * row_stride, row_stride, hd, hd_mask);
+      _mm256_storeu_ps(sb + i, _mm256_mul_ps(d8, _mm256_set1_ps(scale)));
+    }
+    for (; i + 4 <= nb; i += 4) {
+      const __m128 d4 = dot4(q, kb + i * row_stride, row_stride, hd, hd_mask);
+      _mm_storeu_ps(sb + i, _mm_mul_ps(d4, _mm_set1_ps(scale)));
+    }
+    for (; i < nb; ++i) sb[i] = dot(q, kb + i * row_stride, hd, hd_mask) * scale;
+  }
+  for (int64_t i = n; i < n_pad; ++i) s[i] = -INFINITY;
+}
+
 }  // namespace
 
 // nt query tokens of one sequence: token u's heads at q + u * q_stride, its output at
 // out + u * out_stride, its context [0, ctx0 + u). Only the query heads of kv heads
 // [kv_head_begin, kv_head_end) are computed. The tokens walk the K/V blocks together, so each block
 // is fetched into L1 once for all of them; every (token, head) row keeps its own softmax state and
-// runs exactly the operations it would alone.
+// runs exactly the operations it would alone (softmax steps start at multiples of the step length,
+// whatever the token), so results do not depend on nt.
 EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
                                  const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
                                  float scale, float* out, int64_t out_stride, int64_t kv_head_begin,
@@ -173,13 +215,15 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
   thread_local AttentionScratch scratch;
   const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
   const int64_t group = n_heads / n_kv, rows = nt * group;
-  const int64_t hd_pad = (hd + 7) / 8 * 8, bs_pad = (bs + 7) / 8 * 8;
+  const int64_t hd_pad = (hd + 7) / 8 * 8;
+  const int64_t step_blocks = std::max<int64_t>(1, kSoftmaxStepKeys / bs);
+  const int64_t step_keys = step_blocks * bs, step_pad = (step_keys + 7) / 8 * 8;
   const __m256i hd_mask = tail_mask(hd % 8);
   if (static_cast<int64_t>(scratch.acc.size()) < rows * hd_pad) {
     scratch.acc.resize(static_cast<size_t>(rows * hd_pad));
   }
-  if (static_cast<int64_t>(scratch.scores.size()) < group * bs_pad) {
-    scratch.scores.resize(static_cast<size_t>(group * bs_pad));
+  if (static_cast<int64_t>(scratch.scores.size()) < group * step_pad) {
+    scratch.scores.resize(static_cast<size_t>(group * step_pad));
   }
   if (static_cast<int64_t>(scratch.m.size()) < rows) {
     scratch.m.resize(static_cast<size_t>(rows));
@@ -187,84 +231,75 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
   }
   const bool f16 = kv.dtype == DType::F16;
   const int64_t elem_bytes = f16 ? 2 : 4;
-  if (f16 && static_cast<int64_t>(scratch.k.size()) < bs * hd_pad) {
-    scratch.k.assign(static_cast<size_t>(bs * hd_pad), 0.0f);
-    scratch.v.assign(static_cast<size_t>(bs * hd_pad), 0.0f);
+  if (f16 && static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
+    scratch.k.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
+    scratch.v.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
   }
   float* scores = scratch.scores.data();
   const int64_t ctx_last = ctx0 + nt - 1;  // the longest context among the tokens
   // Distance between a block's consecutive token rows: in the pool, or in the widened f16 rows.
   const int64_t row_stride = f16 ? hd_pad : hd;
+  StepBlocks blocks;
 
   for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
     std::fill(scratch.acc.begin(), scratch.acc.begin() + rows * hd_pad, 0.0f);
     std::fill(scratch.m.begin(), scratch.m.begin() + rows, -INFINITY);
     std::fill(scratch.l.begin(), scratch.l.begin() + rows, 0.0f);
-    for (int64_t p0 = 0; p0 < ctx_last; p0 += bs) {
-      const int64_t block = block_table[p0 / bs];
-      // This block's rows for kv head g: bs consecutive rows of hd values.
-      const int64_t first = kv.row_offset(block, 0, g);
-      // The next block sits anywhere in the pool: the hardware prefetcher cannot guess it, so its
-      // rows for this head are requested now, while this block computes.
-      if (p0 + bs < ctx_last) {
-        const int64_t next_rows = std::min(bs, ctx_last - p0 - bs);
-        const int64_t next = kv.row_offset(block_table[p0 / bs + 1], 0, g) * elem_bytes;
-        prefetch_span(static_cast<const char*>(kv.k_pool) + next, next_rows * hd * elem_bytes);
-        prefetch_span(static_cast<const char*>(kv.v_pool) + next, next_rows * hd * elem_bytes);
-      }
-      const float* kb;
-      const float* vb;
-      if (f16) {
-        const int64_t n_rows = std::min(bs, ctx_last - p0);
-        widen_f16_rows(static_cast<const uint16_t*>(kv.k_pool) + first, n_rows, hd, hd_pad,
-                       scratch.k.data());
-        widen_f16_rows(static_cast<const uint16_t*>(kv.v_pool) + first, n_rows, hd, hd_pad,
-                       scratch.v.data());
-        kb = scratch.k.data();
-        vb = scratch.v.data();
-      } else {
-        kb = static_cast<const float*>(kv.k_pool) + first;
-        vb = static_cast<const float*>(kv.v_pool) + first;
+    for (int64_t p0 = 0; p0 < ctx_last; p0 += step_keys) {
+      // This step's blocks for kv head g: each holds bs consecutive rows of hd values.
+      blocks.count = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
+      for (int64_t b = 0; b < blocks.count; ++b) {
+        const int64_t pb = p0 + b * bs;
+        const int64_t first = kv.row_offset(block_table[pb / bs], 0, g);
+        // The next block sits anywhere in the pool: the hardware prefetcher cannot guess it, so
+        // its rows for this head are requested now.
+        if (pb + bs < ctx_last) {
+          const int64_t next_rows = std::min(bs, ctx_last - pb - bs);
+          const int64_t next = kv.row_offset(block_table[pb / bs + 1], 0, g) * elem_bytes;
+          prefetch_span(static_cast<const char*>(kv.k_pool) + next, next_rows * hd * elem_bytes);
+          prefetch_span(static_cast<const char*>(kv.v_pool) + next, next_rows * hd * elem_bytes);
+        }
+        if (f16) {
+          const int64_t n_rows = std::min(bs, ctx_last - pb);
+          float* kd = scratch.k.data() + b * bs * hd_pad;
+          float* vd = scratch.v.data() + b * bs * hd_pad;
+          widen_f16_rows(static_cast<const uint16_t*>(kv.k_pool) + first, n_rows, hd, hd_pad, kd);
+          widen_f16_rows(static_cast<const uint16_t*>(kv.v_pool) + first, n_rows, hd, hd_pad, vd);
+          blocks.k[b] = kd;
+          blocks.v[b] = vd;
+        } else {
+          blocks.k[b] = static_cast<const float*>(kv.k_pool) + first;
+          blocks.v[b] = static_cast<const float*>(kv.v_pool) + first;
+        }
       }
       for (int64_t u = 0; u < nt; ++u) {
         const int64_t ctx_len = ctx0 + u;
         if (p0 >= ctx_len) continue;
-        const int64_t n = std::min(bs, ctx_len - p0);
+        const int64_t n = std::min(step_keys, ctx_len - p0);
         const float* qg = q + u * q_stride + g * group * hd;  // the group's heads are consecutive
         float* acc = scratch.acc.data() + u * group * hd_pad;
         float* m = scratch.m.data() + u * group;
         float* l = scratch.l.data() + u * group;
 
-        // Scores for the block; padding lanes are -inf so that exp() makes them 0.
         for (int64_t j = 0; j < group; ++j) {
-          float* s = scores + j * bs_pad;
-          int64_t i = 0;
-          for (; i + 8 <= n; i += 8) {
-            const __m256 d8 = dot8(qg + j * hd, kb + i * row_stride, row_stride, hd, hd_mask);
-            _mm256_storeu_ps(s + i, _mm256_mul_ps(d8, _mm256_set1_ps(scale)));
-          }
-          for (; i + 4 <= n; i += 4) {
-            const __m128 d4 = dot4(qg + j * hd, kb + i * row_stride, row_stride, hd, hd_mask);
-            _mm_storeu_ps(s + i, _mm_mul_ps(d4, _mm_set1_ps(scale)));
-          }
-          for (; i < n; ++i) s[i] = dot(qg + j * hd, kb + i * row_stride, hd, hd_mask) * scale;
-          for (; i < bs_pad; ++i) s[i] = -INFINITY;
+          step_scores(qg + j * hd, blocks, bs, n, row_stride, hd, hd_mask, scale, step_pad,
+                      scores + j * step_pad);
         }
         for (int64_t j = 0; j < group; ++j) {
-          float* s = scores + j * bs_pad;
+          float* s = scores + j * step_pad;
           __m256 vmax = _mm256_set1_ps(-INFINITY);
-          for (int64_t i = 0; i < bs_pad; i += 8) {
+          for (int64_t i = 0; i < step_pad; i += 8) {
             vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
           }
           const float m_new = std::max(m[j], hmax(vmax));
           const __m256 mv = _mm256_set1_ps(m_new);
           __m256 sum = _mm256_setzero_ps();
-          for (int64_t i = 0; i < bs_pad; i += 8) {
+          for (int64_t i = 0; i < step_pad; i += 8) {
             const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
             _mm256_storeu_ps(s + i, e);
             sum = _mm256_add_ps(sum, e);
           }
-          // c = exp(m - m'): 0 on the first block (m = -inf), 1 when the max did not grow.
+          // c = exp(m - m'): 0 on the first step (m = -inf), 1 when the max did not grow.
           const float c = _mm256_cvtss_f32(exp(_mm256_set1_ps(m[j] - m_new)));
           l[j] = l[j] * c + hsum(sum);
           m[j] = m_new;
@@ -274,9 +309,12 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
             _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
           }
         }
-        // acc[j] += sum_i p[j][i] * v_i, acc[j] in registers across the block.
+        // acc[j] += sum_i p[j][i] * v_i, block by block, acc[j] in registers across each block.
         for (int64_t j = 0; j < group; ++j) {
-          accumulate_pv_any(acc + j * hd_pad, scores + j * bs_pad, vb, row_stride, n, hd, hd_mask);
+          for (int64_t b = 0; b * bs < n; ++b) {
+            accumulate_pv_any(acc + j * hd_pad, scores + j * step_pad + b * bs, blocks.v[b],
+                              row_stride, std::min(bs, n - b * bs), hd, hd_mask);
+          }
         }
       }
     }
