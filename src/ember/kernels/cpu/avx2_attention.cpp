@@ -173,7 +173,6 @@ struct StepBlocks {
   static constexpr int64_t kMax = kSoftmaxStepKeys;  // enough for block_size >= 1
   const float* k[kMax];
   const float* v[kMax];
-  int64_t count = 0;
 };
 
 // Scores s[0, n) = scale * q . k_i over a step's keys (block b holds keys [b bs, b bs + bs)), then
@@ -247,8 +246,8 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
     std::fill(scratch.l.begin(), scratch.l.begin() + rows, 0.0f);
     for (int64_t p0 = 0; p0 < ctx_last; p0 += step_keys) {
       // This step's blocks for kv head g: each holds bs consecutive rows of hd values.
-      blocks.count = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
-      for (int64_t b = 0; b < blocks.count; ++b) {
+      const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
+      for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t pb = p0 + b * bs;
         const int64_t first = kv.row_offset(block_table[pb / bs], 0, g);
         // The next block sits anywhere in the pool: the hardware prefetcher cannot guess it, so

@@ -63,21 +63,21 @@ EMBER_AVX2_INLINE void lanes_step(const float* xg, int64_t k, const float* w, in
 // addressed from two bases (rows 0-2 at w + {0, 1, 2} * ld, rows 3-5 at w3 + {0, 1, 2} * ld) and
 // every output still does acc = w[r, k] * x[k, t] + acc for k = 0, 1, ..: bit-identical to
 // lanes_step.
-#define EMBER_LANES_ROW(j, base, index, a0, a1, wreg)    \
-  "vbroadcastss " #j "*4(%[" base "]" index "), %%" wreg \
-  "\n\t"                                                 \
-  "vfmadd231ps %%ymm12, %%" wreg ", %[" a0               \
-  "]\n\t"                                                \
+// clang-format off
+#define EMBER_LANES_ROW(j, base, index, a0, a1, wreg)               \
+  "vbroadcastss " #j "*4(%[" base "]" index "), %%" wreg "\n\t"    \
+  "vfmadd231ps %%ymm12, %%" wreg ", %[" a0 "]\n\t"                 \
   "vfmadd231ps %%ymm13, %%" wreg ", %[" a1 "]\n\t"
-#define EMBER_LANES_K(j)                                                                       \
-  "vmovups " #j                                                                                \
-  "*64(%[x]), %%ymm12\n\t"                                                                     \
-  "vmovups " #j "*64+32(%[x]), %%ymm13\n\t" EMBER_LANES_ROW(j, "w", "", "a00", "a01", "ymm14") \
-      EMBER_LANES_ROW(j, "w", ",%[ld]", "a10", "a11", "ymm15")                                 \
-          EMBER_LANES_ROW(j, "w", ",%[ld],2", "a20", "a21", "ymm14")                           \
-              EMBER_LANES_ROW(j, "w3", "", "a30", "a31", "ymm15")                              \
-                  EMBER_LANES_ROW(j, "w3", ",%[ld]", "a40", "a41", "ymm14")                    \
-                      EMBER_LANES_ROW(j, "w3", ",%[ld],2", "a50", "a51", "ymm15")
+#define EMBER_LANES_K(j)                                        \
+  "vmovups " #j "*64(%[x]), %%ymm12\n\t"                       \
+  "vmovups " #j "*64+32(%[x]), %%ymm13\n\t"                    \
+  EMBER_LANES_ROW(j, "w", "", "a00", "a01", "ymm14")            \
+  EMBER_LANES_ROW(j, "w", ",%[ld]", "a10", "a11", "ymm15")      \
+  EMBER_LANES_ROW(j, "w", ",%[ld],2", "a20", "a21", "ymm14")    \
+  EMBER_LANES_ROW(j, "w3", "", "a30", "a31", "ymm15")           \
+  EMBER_LANES_ROW(j, "w3", ",%[ld]", "a40", "a41", "ymm14")     \
+  EMBER_LANES_ROW(j, "w3", ",%[ld],2", "a50", "a51", "ymm15")
+// clang-format on
 
 EMBER_AVX2 void tile_lanes_6x2(const float* xg, int64_t K, const float* w, int64_t ldw, float* y,
                                int64_t ldy, int64_t n_tokens, LinePrefetcher* prefetch) {
