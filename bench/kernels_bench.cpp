@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -114,6 +115,71 @@ BENCHMARK(BM_Attention)
     ->Args({65536, 0})  // 100 MB of f32 K/V: from DRAM, like a batched decode step
     ->Args({65536, 1})
     ->Unit(benchmark::kMicrosecond);
+
+// A batched decode step's attention: 32 sequences of `ctx` tokens, one decode token each, over all
+// 30 SmolLM2 layers (283 MB of f32 K/V at ctx 192: from DRAM, as in the engine), each sequence's
+// blocks scattered over the pool; the next sequence's first blocks are hinted as the engine does.
+void BM_AttentionBatch(benchmark::State& state) {
+  const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
+  const int64_t n_seqs = 32, n_layers = state.range(3);
+  const bool f16 = state.range(1) != 0, hint = state.range(2) != 0;
+  const int64_t seq_blocks = (ctx + bs - 1) / bs, n_blocks = n_seqs * seq_blocks;
+  const int64_t layer_elems = n_blocks * bs * n_kv * hd, elem = f16 ? 2 : 4;
+  std::vector<uint8_t> k(static_cast<size_t>(n_layers * layer_elems * elem));
+  std::vector<uint8_t> v(k.size());
+  {
+    const auto values = random_floats(layer_elems, 3);
+    for (int64_t l = 0; l < n_layers; ++l) {
+      uint8_t* kl = k.data() + l * layer_elems * elem;
+      uint8_t* vl = v.data() + l * layer_elems * elem;
+      if (f16) {
+        cpu::store_kv(values.data(), layer_elems, DType::F16, kl);
+        cpu::store_kv(values.data(), layer_elems, DType::F16, vl);
+      } else {
+        std::memcpy(kl, values.data(), static_cast<size_t>(layer_elems * elem));
+        std::memcpy(vl, values.data(), static_cast<size_t>(layer_elems * elem));
+      }
+    }
+  }
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(5));
+  const auto q = random_floats(n_seqs * n_heads * hd, 6);
+  std::vector<float> out(static_cast<size_t>(n_seqs * n_heads * hd));
+  cpu::PagedKv kv;
+  kv.dtype = f16 ? DType::F16 : DType::F32;
+  kv.block_size = bs;
+  kv.n_kv_heads = n_kv;
+  kv.head_dim = hd;
+  for (auto _ : state) {
+    for (int64_t l = 0; l < n_layers; ++l) {
+      kv.k_pool = k.data() + l * layer_elems * elem;
+      kv.v_pool = v.data() + l * layer_elems * elem;
+      for (int64_t s = 0; s < n_seqs; ++s) {
+        if (hint && s + 1 < n_seqs) {
+          cpu::prefetch_kv_context(kv, table.data() + (s + 1) * seq_blocks, ctx, 0);
+        }
+        cpu::attention_tokens(q.data() + s * n_heads * hd, 1, 0, n_heads, kv,
+                              table.data() + s * seq_blocks, ctx, 0.125f,
+                              out.data() + s * n_heads * hd, 0, 0, n_kv);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["bytes/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2.0 * n_layers * n_seqs * ctx * n_kv * hd * elem,
+      benchmark::Counter::kIsRate);
+  state.SetLabel(cpu::isa_name(cpu::active_isa()));
+}
+BENCHMARK(BM_AttentionBatch)
+    ->ArgNames({"ctx", "f16", "hint", "layers"})
+    ->Args({192, 0, 0, 30})
+    ->Args({192, 0, 0, 1})
+    ->Args({192, 1, 0, 1})
+    ->Args({192, 0, 1, 30})
+    ->Args({192, 1, 0, 30})
+    ->Args({192, 1, 1, 30})
+    ->Unit(benchmark::kMillisecond);
 
 // The elementwise kernels of one layer at T = 64 tokens.
 void BM_RmsnormRopeSilu(benchmark::State& state) {

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <numeric>
 #include <vector>
 
@@ -25,6 +27,29 @@ TEST(ThreadPool, EveryIndexRunsExactlyOnceAcrossManyJobs) {
         for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "n " << n << " grain " << grain;
       }
     }
+  }
+}
+
+TEST(ThreadPool, ChunksShrinkToOneGrainAsTheJobDrains) {
+  // Guided chunks: each takes 1 / (2 * threads) of what is left, so none exceeds a quarter of the
+  // job with 2 threads and the last ones are single grains (a slow thread holds the others back by
+  // at most one grain at the end).
+  ThreadPool pool(2);
+  for (int64_t grain : {1, 24}) {
+    const int64_t n = 1000 * grain;
+    std::mutex mutex;
+    std::vector<int64_t> sizes;
+    pool.parallel_for(
+        n,
+        [&](int64_t b, int64_t e, int) {
+          std::lock_guard<std::mutex> lock(mutex);
+          sizes.push_back(e - b);
+        },
+        grain);
+    EXPECT_EQ(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}), n);
+    EXPECT_LE(*std::max_element(sizes.begin(), sizes.end()), n / 4);
+    EXPECT_EQ(*std::min_element(sizes.begin(), sizes.end()), grain);
+    EXPECT_LT(sizes.size(), 40u) << "few grabs of the shared counter";
   }
 }
 

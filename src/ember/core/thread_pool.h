@@ -1,6 +1,7 @@
-// A persistent pool of worker threads for data-parallel kernels: parallel_for splits [0, n) into a
-// few contiguous chunks per thread, which the threads (the calling one included) take from a
-// shared counter, so a slow or late thread does not hold up the others.
+// A persistent pool of worker threads for data-parallel kernels: parallel_for splits [0, n) into
+// contiguous chunks that the threads (the calling one included) take from a shared counter, big
+// ones first and shrinking to one grain as the job drains (guided scheduling), so a slow or late
+// thread does not hold up the others.
 // Threads are created once; between jobs a worker spins briefly on an atomic before sleeping, so
 // the ~150 parallel regions of one decode step cost a cache-line ping, not a futex wake-up each.
 #pragma once
@@ -51,8 +52,8 @@ class ThreadPool {
   const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 1;
-  int64_t job_chunks_ = 0;
-  alignas(64) std::atomic<int64_t> next_chunk_{0};  // own cache line: every thread bumps it
+  int64_t job_units_ = 0;                          // ceil(job_n_ / job_grain_)
+  alignas(64) std::atomic<int64_t> next_unit_{0};  // own cache line: every thread bumps it
 };
 
 }  // namespace ember

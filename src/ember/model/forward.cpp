@@ -98,8 +98,8 @@ void ForwardPass::matmul_parallel(const float* x, int64_t T,
           }
         }
       },
-      // Multiples of 48 rows keep every tile shape whole (8, 6, 4, 3 rows; 24-row panels).
-      /*grain=*/48);
+      // Multiples of 24 rows keep every tile shape whole (8, 6, 4, 3 rows; 24-row panels).
+      /*grain=*/24);
 }
 
 const std::vector<float>& ForwardPass::step(const StepInput& input) {
@@ -224,6 +224,13 @@ void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t
       const int64_t g0 = i % n_kv, g1 = std::min(n_kv, g0 + (end - i));
       const auto [t, nt] =
           attention_tiles_[attention_tiles_.size() - 1 - static_cast<size_t>(i / n_kv)];
+      // The next call's first K/V blocks start loading while this one computes.
+      if (const int64_t next = i + (g1 - g0); next < end) {
+        const auto [nt0, nnt] =
+            attention_tiles_[attention_tiles_.size() - 1 - static_cast<size_t>(next / n_kv)];
+        cpu::prefetch_kv_context(view, token_seq_[nt0]->block_table, positions_[nt0] + nnt,
+                                 next % n_kv);
+      }
       cpu::attention_tokens(q_.data() + t * qd, nt, qd, c.n_heads, view, token_seq_[t]->block_table,
                             positions_[t] + 1, scale, attn_.data() + t * qd, qd, g0, g1);
       i += g1 - g0;

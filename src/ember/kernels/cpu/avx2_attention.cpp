@@ -9,10 +9,13 @@
 //   m') v
 // and at the end out = acc / l.
 //
-// An f16 cache's block is first widened (exactly) into per-thread f32 rows, once per (block, kv
-// head) for all the heads and tokens that read it; then the same f32 code runs over those rows.
+// With GQA groups of up to 3 heads and head_dim % 8 == 0 (SmolLM2: 3 and 64) the group's heads run
+// together (the grouped kernels below); otherwise head by head. An f16 cache read by one token is
+// widened (exactly) in registers by the grouped kernels; read by several tokens, or on the head-by-
+// head path, each (block, kv head) is widened once into per-thread f32 rows for all of them.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ember/core/aligned_vector.h"
@@ -168,21 +171,23 @@ EMBER_AVX2_INLINE void accumulate_pv_any(float* acc, const float* p, const float
 constexpr int64_t kSoftmaxStepKeys = 64;
 
 // The blocks of one softmax step for one kv head: K and V rows of block b at k[b] / v[b] (in the
-// pool, or in the widened f16 scratch).
+// pool, or in the widened f16 scratch), or at k16[b] / v16[b] (an f16 pool read as it is).
 struct StepBlocks {
   static constexpr int64_t kMax = kSoftmaxStepKeys;  // enough for block_size >= 1
   const float* k[kMax];
   const float* v[kMax];
+  const uint16_t* k16[kMax];
+  const uint16_t* v16[kMax];
 };
 
 // Scores s[0, n) = scale * q . k_i over a step's keys (block b holds keys [b bs, b bs + bs)), then
 // -inf up to n_pad so that exp() makes the padding 0. Keys go 8, then 4, then 1 at a time within
 // each block, as dot8 / dot4 / dot give the same bits per key.
-EMBER_AVX2_INLINE void step_scores(const float* q, const StepBlocks& blocks, int64_t bs, int64_t n,
-                                   int64_t row_stride, int64_t hd, __m256i hd_mask, float scale,
-                                   int64_t n_pad, float* s) {
+EMBER_AVX2_INLINE void step_scores(const float* q, const float* const* blocks, int64_t bs,
+                                   int64_t n, int64_t row_stride, int64_t hd, __m256i hd_mask,
+                                   float scale, int64_t n_pad, float* s) {
   for (int64_t b = 0; b * bs < n; ++b) {
-    const float* kb = blocks.k[b];
+    const float* kb = blocks[b];
     float* sb = s + b * bs;
     const int64_t nb = std::min(bs, n - b * bs);
     int64_t i = 0;
@@ -199,6 +204,194 @@ EMBER_AVX2_INLINE void step_scores(const float* q, const StepBlocks& blocks, int
   for (int64_t i = n; i < n_pad; ++i) s[i] = -INFINITY;
 }
 
+// --- Grouped path: the G query heads of a kv head together (hd % 8 == 0, G <= 3) ---------------
+// Each K/V chunk is loaded once for all G heads (and, from an f16 cache read by one token, widened
+// in registers: no scratch pass). Per (head, key) the FMAs and reductions are those of dot4 /
+// accumulate_pv above, so the bits are the same as the per-head path's.
+
+// 8 values of a K/V row at element d as f32: f32 rows as they are, f16 rows widened (exactly).
+template <typename Elem>
+EMBER_AVX2_INLINE __m256 load_kv8(const Elem* row, int64_t d) {
+  if constexpr (std::is_same_v<Elem, uint16_t>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)));
+  } else {
+    return _mm256_loadu_ps(row + d);
+  }
+}
+
+// dot() for hd % 8 == 0 and either row type: the same accumulators and order.
+template <typename Elem>
+EMBER_AVX2_INLINE float dot_row(const float* q, const Elem* k, int64_t hd) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load_kv8(k, d), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load_kv8(k, d + 8), a1);
+  }
+  if (d < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load_kv8(k, d), a0);
+  return hsum(_mm256_add_ps(a0, a1));
+}
+
+// q_h . k_i for G heads (q_h = q + h * hd) x 4 keys (k + i * stride): dot4()'s partials and tree
+// per (head, key). G = 3: 12 accumulators + 3 query vectors + 1 key vector = the 16 ymm registers.
+template <int G, typename Elem>
+EMBER_AVX2_INLINE void group_dot4(const float* q, int64_t hd, const Elem* k, int64_t stride,
+                                  __m128 (&out)[G]) {
+  __m256 a[G][4];
+  zero_accumulators(a);
+  for (int64_t d = 0; d < hd; d += 8) {
+    __m256 qv[G];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; ++h) qv[h] = _mm256_loadu_ps(q + h * hd + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m256 kv = load_kv8(k + i * stride, d);
+#pragma GCC unroll 4
+      for (int h = 0; h < G; ++h) a[h][i] = _mm256_fmadd_ps(qv[h], kv, a[h][i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < G; ++h) {
+    const __m256 t = hadd_tree4(a[h]);
+    out[h] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  }
+}
+
+// step_scores() for the G heads at once: head h's scores at s + h * s_stride.
+template <int G, typename Elem>
+EMBER_AVX2_INLINE void group_step_scores(const float* q, const Elem* const* blocks, int64_t bs,
+                                         int64_t n, int64_t row_stride, int64_t hd, float scale,
+                                         int64_t n_pad, float* s, int64_t s_stride) {
+  const __m128 scale4 = _mm_set1_ps(scale);
+  for (int64_t b = 0; b * bs < n; ++b) {
+    const Elem* kb = blocks[b];
+    const int64_t nb = std::min(bs, n - b * bs);
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+      __m128 d4[G];
+      group_dot4<G>(q, hd, kb + i * row_stride, row_stride, d4);
+#pragma GCC unroll 4
+      for (int h = 0; h < G; ++h)
+        _mm_storeu_ps(s + h * s_stride + b * bs + i, _mm_mul_ps(d4[h], scale4));
+    }
+    for (; i < nb; ++i) {
+      for (int h = 0; h < G; ++h) {
+        s[h * s_stride + b * bs + i] = dot_row(q + h * hd, kb + i * row_stride, hd) * scale;
+      }
+    }
+  }
+  for (int h = 0; h < G; ++h) {
+    for (int64_t i = n; i < n_pad; ++i) s[h * s_stride + i] = -INFINITY;
+  }
+}
+
+// acc_h[d, d + 8 NV) += sum_i p_h[i] * v_i[d, d + 8 NV) for the G heads (acc_h = acc + h *
+// acc_stride, p_h = p + h * p_stride) over n rows v_i = v + i * stride: accumulate_pv()'s order.
+// G = 3, NV = 4: 12 accumulators + 3 broadcasts + 1 value vector.
+template <int G, int NV, typename Elem>
+EMBER_AVX2_INLINE void group_pv_chunk(float* acc, int64_t acc_stride, const float* p,
+                                      int64_t p_stride, const Elem* v, int64_t stride, int64_t n,
+                                      int64_t d) {
+  __m256 a[G][NV];
+#pragma GCC unroll 4
+  for (int h = 0; h < G; ++h) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) a[h][c] = _mm256_loadu_ps(acc + h * acc_stride + d + 8 * c);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    __m256 pb[G];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; ++h) pb[h] = _mm256_broadcast_ss(p + h * p_stride + i);
+    const Elem* vi = v + i * stride;
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) {
+      const __m256 vv = load_kv8(vi, d + 8 * c);
+#pragma GCC unroll 4
+      for (int h = 0; h < G; ++h) a[h][c] = _mm256_fmadd_ps(pb[h], vv, a[h][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < G; ++h) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + h * acc_stride + d + 8 * c, a[h][c]);
+  }
+}
+
+template <int G, typename Elem>
+EMBER_AVX2_INLINE void group_pv(float* acc, int64_t acc_stride, const float* p, int64_t p_stride,
+                                const Elem* v, int64_t stride, int64_t n, int64_t hd) {
+  int64_t d = 0;
+  for (; d + 32 <= hd; d += 32) group_pv_chunk<G, 4>(acc, acc_stride, p, p_stride, v, stride, n, d);
+  switch ((hd - d) / 8) {
+    case 3:
+      return group_pv_chunk<G, 3>(acc, acc_stride, p, p_stride, v, stride, n, d);
+    case 2:
+      return group_pv_chunk<G, 2>(acc, acc_stride, p, p_stride, v, stride, n, d);
+    case 1:
+      return group_pv_chunk<G, 1>(acc, acc_stride, p, p_stride, v, stride, n, d);
+    default:
+      return;
+  }
+}
+
+// One softmax step of one token for the `group` query heads of a kv head (qg: their queries, hd
+// apart): scores, the online-softmax update of m, l and acc [group, hd_pad], then acc += P V. The
+// step's blocks: kb[b] / vb[b], rows row_stride apart. G > 0: the grouped kernels (group == G,
+// hd % 8 == 0); G == 0: head by head (any group and hd; f32 rows).
+template <int G, typename Elem>
+EMBER_AVX2_INLINE void token_step(const float* qg, const Elem* const* kb, const Elem* const* vb,
+                                  int64_t group, int64_t bs, int64_t n, int64_t row_stride,
+                                  int64_t hd, int64_t hd_pad, __m256i hd_mask, float scale,
+                                  int64_t step_pad, float* scores, float* acc, float* m, float* l) {
+  if constexpr (G > 0) {
+    group_step_scores<G>(qg, kb, bs, n, row_stride, hd, scale, step_pad, scores, step_pad);
+  } else {
+    static_assert(std::is_same_v<Elem, float>, "the per-head path reads f32 rows");
+    for (int64_t j = 0; j < group; ++j) {
+      step_scores(qg + j * hd, kb, bs, n, row_stride, hd, hd_mask, scale, step_pad,
+                  scores + j * step_pad);
+    }
+  }
+  for (int64_t j = 0; j < group; ++j) {
+    float* s = scores + j * step_pad;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < step_pad; i += 8) {
+      vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
+    }
+    const float m_new = std::max(m[j], hmax(vmax));
+    const __m256 mv = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < step_pad; i += 8) {
+      const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+      _mm256_storeu_ps(s + i, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    // c = exp(m - m'): 0 on the first step (m = -inf), 1 when the max did not grow.
+    const float c = _mm256_cvtss_f32(exp(_mm256_set1_ps(m[j] - m_new)));
+    l[j] = l[j] * c + hsum(sum);
+    m[j] = m_new;
+    float* a = acc + j * hd_pad;
+    const __m256 cv = _mm256_set1_ps(c);
+    for (int64_t d = 0; d < hd_pad; d += 8) {
+      _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
+    }
+  }
+  // acc[j] += sum_i p[j][i] * v_i, block by block, acc[j] in registers across each block.
+  if constexpr (G > 0) {
+    for (int64_t b = 0; b * bs < n; ++b) {
+      group_pv<G>(acc, hd_pad, scores + b * bs, step_pad, vb[b], row_stride,
+                  std::min(bs, n - b * bs), hd);
+    }
+  } else {
+    for (int64_t j = 0; j < group; ++j) {
+      for (int64_t b = 0; b * bs < n; ++b) {
+        accumulate_pv_any(acc + j * hd_pad, scores + j * step_pad + b * bs, vb[b], row_stride,
+                          std::min(bs, n - b * bs), hd, hd_mask);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // nt query tokens of one sequence: token u's heads at q + u * q_stride, its output at
@@ -206,11 +399,13 @@ EMBER_AVX2_INLINE void step_scores(const float* q, const StepBlocks& blocks, int
 // [kv_head_begin, kv_head_end) are computed. The tokens walk the K/V blocks together, so each block
 // is fetched into L1 once for all of them; every (token, head) row keeps its own softmax state and
 // runs exactly the operations it would alone (softmax steps start at multiples of the step length,
-// whatever the token), so results do not depend on nt.
-EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
-                                 const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
-                                 float scale, float* out, int64_t out_stride, int64_t kv_head_begin,
-                                 int64_t kv_head_end) {
+// whatever the token), so results do not depend on nt. G: see token_step.
+template <int G>
+EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_stride,
+                                       int64_t n_heads, const PagedKv& kv,
+                                       const int32_t* block_table, int64_t ctx0, float scale,
+                                       float* out, int64_t out_stride, int64_t kv_head_begin,
+                                       int64_t kv_head_end) {
   thread_local AttentionScratch scratch;
   const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
   const int64_t group = n_heads / n_kv, rows = nt * group;
@@ -236,8 +431,11 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
   }
   float* scores = scratch.scores.data();
   const int64_t ctx_last = ctx0 + nt - 1;  // the longest context among the tokens
+  // One token reads each block once: the grouped kernels widen an f16 block in registers as they
+  // go. Several tokens share one widening into the scratch rows.
+  const bool inline_f16 = G > 0 && f16 && nt == 1;
   // Distance between a block's consecutive token rows: in the pool, or in the widened f16 rows.
-  const int64_t row_stride = f16 ? hd_pad : hd;
+  const int64_t row_stride = f16 && !inline_f16 ? hd_pad : hd;
   StepBlocks blocks;
 
   for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
@@ -258,7 +456,10 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
           prefetch_span(static_cast<const char*>(kv.k_pool) + next, next_rows * hd * elem_bytes);
           prefetch_span(static_cast<const char*>(kv.v_pool) + next, next_rows * hd * elem_bytes);
         }
-        if (f16) {
+        if (inline_f16) {
+          blocks.k16[b] = static_cast<const uint16_t*>(kv.k_pool) + first;
+          blocks.v16[b] = static_cast<const uint16_t*>(kv.v_pool) + first;
+        } else if (f16) {
           const int64_t n_rows = std::min(bs, ctx_last - pb);
           float* kd = scratch.k.data() + b * bs * hd_pad;
           float* vd = scratch.v.data() + b * bs * hd_pad;
@@ -280,41 +481,15 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
         float* m = scratch.m.data() + u * group;
         float* l = scratch.l.data() + u * group;
 
-        for (int64_t j = 0; j < group; ++j) {
-          step_scores(qg + j * hd, blocks, bs, n, row_stride, hd, hd_mask, scale, step_pad,
-                      scores + j * step_pad);
-        }
-        for (int64_t j = 0; j < group; ++j) {
-          float* s = scores + j * step_pad;
-          __m256 vmax = _mm256_set1_ps(-INFINITY);
-          for (int64_t i = 0; i < step_pad; i += 8) {
-            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
-          }
-          const float m_new = std::max(m[j], hmax(vmax));
-          const __m256 mv = _mm256_set1_ps(m_new);
-          __m256 sum = _mm256_setzero_ps();
-          for (int64_t i = 0; i < step_pad; i += 8) {
-            const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
-            _mm256_storeu_ps(s + i, e);
-            sum = _mm256_add_ps(sum, e);
-          }
-          // c = exp(m - m'): 0 on the first step (m = -inf), 1 when the max did not grow.
-          const float c = _mm256_cvtss_f32(exp(_mm256_set1_ps(m[j] - m_new)));
-          l[j] = l[j] * c + hsum(sum);
-          m[j] = m_new;
-          float* a = acc + j * hd_pad;
-          const __m256 cv = _mm256_set1_ps(c);
-          for (int64_t d = 0; d < hd_pad; d += 8) {
-            _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
+        if constexpr (G > 0) {
+          if (inline_f16) {
+            token_step<G>(qg, blocks.k16, blocks.v16, group, bs, n, row_stride, hd, hd_pad, hd_mask,
+                          scale, step_pad, scores, acc, m, l);
+            continue;
           }
         }
-        // acc[j] += sum_i p[j][i] * v_i, block by block, acc[j] in registers across each block.
-        for (int64_t j = 0; j < group; ++j) {
-          for (int64_t b = 0; b * bs < n; ++b) {
-            accumulate_pv_any(acc + j * hd_pad, scores + j * step_pad + b * bs, blocks.v[b],
-                              row_stride, std::min(bs, n - b * bs), hd, hd_mask);
-          }
-        }
+        token_step<G>(qg, blocks.k, blocks.v, group, bs, n, row_stride, hd, hd_pad, hd_mask, scale,
+                      step_pad, scores, acc, m, l);
       }
     }
     for (int64_t u = 0; u < nt; ++u) {
@@ -333,6 +508,20 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
       }
     }
   }
+}
+
+EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                                 const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                                 float scale, float* out, int64_t out_stride, int64_t kv_head_begin,
+                                 int64_t kv_head_end) {
+  const int64_t group = n_heads / kv.n_kv_heads;
+  const bool grouped = kv.head_dim % 8 == 0;
+  auto run = grouped && group == 3   ? attention_tokens_group<3>
+             : grouped && group == 2 ? attention_tokens_group<2>
+             : grouped && group == 1 ? attention_tokens_group<1>
+                                     : attention_tokens_group<0>;
+  run(q, nt, q_stride, n_heads, kv, block_table, ctx0, scale, out, out_stride, kv_head_begin,
+      kv_head_end);
 }
 
 }  // namespace ember::cpu::avx2

@@ -202,4 +202,20 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                            kv_head_begin, kv_head_end);
 }
 
+void prefetch_kv_context(const PagedKv& kv, const int32_t* block_table, int64_t ctx_len,
+                         int64_t kv_head) {
+  const int64_t elem_bytes = kv.dtype == DType::F16 ? 2 : 4;
+  const int64_t end = std::min(ctx_len, kPrefetchContextKeys);
+  for (int64_t pos = 0; pos < end; pos += kv.block_size) {
+    const int64_t rows = std::min(kv.block_size, end - pos);
+    const int64_t at = kv.row_offset(block_table[pos / kv.block_size], 0, kv_head) * elem_bytes;
+    const auto* k = static_cast<const char*>(kv.k_pool) + at;
+    const auto* v = static_cast<const char*>(kv.v_pool) + at;
+    for (int64_t i = 0; i < rows * kv.head_dim * elem_bytes; i += 64) {
+      __builtin_prefetch(k + i, 0, 2);
+      __builtin_prefetch(v + i, 0, 2);
+    }
+  }
+}
+
 }  // namespace ember::cpu

@@ -166,4 +166,11 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
                       float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
 
+// A hint: requests the K and V rows of the first kPrefetchContextKeys positions (those below
+// ctx_len) of kv head `kv_head` into cache (L2), so that an attention call about to start on them
+// does not begin on cold misses (its blocks sit anywhere in the pool). No effect on results.
+constexpr int64_t kPrefetchContextKeys = 64;
+void prefetch_kv_context(const PagedKv& kv, const int32_t* block_table, int64_t ctx_len,
+                         int64_t kv_head);
+
 }  // namespace ember::cpu
