@@ -226,10 +226,10 @@ void ForwardPass::attention_block(int64_t layer, const LayerWeights& lw, int64_t
           attention_tiles_[attention_tiles_.size() - 1 - static_cast<size_t>(i / n_kv)];
       // The next call's first K/V blocks start loading while this one computes.
       if (const int64_t next = i + (g1 - g0); next < end) {
-        const auto [nt0, nnt] =
+        const auto [next_t, next_nt] =
             attention_tiles_[attention_tiles_.size() - 1 - static_cast<size_t>(next / n_kv)];
-        cpu::prefetch_kv_context(view, token_seq_[nt0]->block_table, positions_[nt0] + nnt,
-                                 next % n_kv);
+        cpu::prefetch_kv_context(view, token_seq_[next_t]->block_table,
+                                 positions_[next_t] + next_nt, next % n_kv);
       }
       cpu::attention_tokens(q_.data() + t * qd, nt, qd, c.n_heads, view, token_seq_[t]->block_table,
                             positions_[t] + 1, scale, attn_.data() + t * qd, qd, g0, g1);

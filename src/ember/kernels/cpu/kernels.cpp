@@ -4,6 +4,7 @@
 // attributes and is only reached through this dispatcher after the CPU check.
 #include "ember/kernels/cpu/kernels.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
