@@ -2,7 +2,10 @@
 // from T threads and reports GB/s (median of repetitions). Decode at batch 1 reads every weight
 // once per token, so bytes-per-token / this figure is the decode ceiling.
 //
-//   ember_bandwidth_probe [--mb 1024] [--threads 2] [--reps 5]
+//   ember_bandwidth_probe [--mb 1024] [--threads 2] [--reps 5] [--pages small|huge|both]
+//
+// Both page sizes by default: 4 KiB pages bound decode on weights read in place from an mmap'd
+// checkpoint, 2 MiB pages the weights ember copies at load (the last line: the machine's ceiling).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -14,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "ember/core/huge_pages.h"
 
 namespace {
 
@@ -31,23 +36,8 @@ __attribute__((target("avx2"))) double sum_range(const float* p, size_t n) {
   return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  size_t mb = 1024;
-  int threads = 2, reps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--mb")
-      mb = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--threads")
-      threads = std::atoi(argv[i + 1]);
-    else if (a == "--reps")
-      reps = std::atoi(argv[i + 1]);
-  }
-  const size_t n = mb * 1024 * 1024 / sizeof(float);
-  float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
-  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 1023);
+// GB/s of `reps` passes over buf[0, n) split among `threads` threads, sorted.
+std::vector<double> measure(const float* buf, size_t n, int threads, int reps) {
   std::vector<double> gbps;
   volatile double sink = 0;
   for (int r = 0; r < reps; ++r) {
@@ -67,9 +57,60 @@ int main(int argc, char** argv) {
     gbps.push_back(static_cast<double>(n * sizeof(float)) / s / 1e9);
   }
   std::sort(gbps.begin(), gbps.end());
-  std::printf(
-      "read bandwidth: %.1f GB/s median (min %.1f, max %.1f) over %d reps, %zu MB, %d threads\n",
-      gbps[gbps.size() / 2], gbps.front(), gbps.back(), reps, mb, threads);
-  std::free(buf);
+  return gbps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t mb = 1024;
+  int threads = 2, reps = 5;
+  std::string pages = "both";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--mb") {
+      mb = std::strtoull(argv[i + 1], nullptr, 10);
+    } else if (a == "--threads") {
+      threads = std::atoi(argv[i + 1]);
+    } else if (a == "--reps") {
+      reps = std::atoi(argv[i + 1]);
+    } else if (a == "--pages") {
+      pages = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (pages != "small" && pages != "huge" && pages != "both") {
+    std::fprintf(stderr, "--pages takes small, huge or both\n");
+    return 2;
+  }
+  const size_t n = mb * 1024 * 1024 / sizeof(float);
+  // Ordinary 4 KiB pages (how an mmap'd checkpoint is read), then a buffer advised into 2 MiB
+  // transparent huge pages (how ember holds weights it copies at load: core/huge_pages.h).
+  for (const char* kind : {"small", "huge"}) {
+    if (pages != "both" && pages != kind) continue;
+    const bool huge = std::string(kind) == "huge";
+    std::unique_ptr<ember::HugePageBuffer> huge_buf;
+    std::unique_ptr<float[]> small_buf;
+    float* buf = nullptr;
+    if (huge) {
+      huge_buf = std::make_unique<ember::HugePageBuffer>(n * sizeof(float));
+      buf = reinterpret_cast<float*>(huge_buf->data());
+    } else {
+      // No MADV_HUGEPAGE: with THP in "madvise" mode (the usual default) these stay 4 KiB pages.
+      small_buf.reset(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+      buf = small_buf.get();
+    }
+    for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 1023);
+    const std::vector<double> gbps = measure(buf, n, threads, reps);
+    const size_t backed = ember::huge_page_backed_bytes(buf, n * sizeof(float));
+    std::printf(
+        "read bandwidth (%s pages, %zu of %zu MB in huge pages): %.1f GB/s median (min %.1f, max "
+        "%.1f) over %d reps, %d threads\n",
+        huge ? "2 MiB" : "4 KiB", backed >> 20, mb, gbps[gbps.size() / 2], gbps.front(),
+        gbps.back(), reps, threads);
+    if (small_buf) std::free(small_buf.release());
+  }
   return 0;
 }

@@ -294,6 +294,44 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
     }
 }
 
+// --no-mmap (map_weights = false) copies matrices stored in the compute dtype out of the file into
+// the weights' own huge-page arena instead of pointing into the mapping; the numbers are the same
+// bytes, so the logits are the same bits.
+TEST(ForwardKv, CopiedWeightsGiveTheSameLogitsAsMappedOnes) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 434, 267, 339, 365, 272, 30, 405};
+  std::vector<float> logits[2];
+  for (int mapped = 0; mapped < 2; ++mapped) {
+    LoadOptions o;
+    o.path = path.string();
+    o.load_tokenizer = false;
+    o.map_weights = mapped == 1;
+    LoadedModel m = load_model(o);
+    ASSERT_EQ(m.matrix_dtype, DType::F32);
+    ASSERT_FALSE(m.checkpoint.mappings.empty());
+    const MappedFile& file = *m.checkpoint.mappings[0];
+    auto in_file = [&](const cpu::WeightMatrix& w) {
+      const auto* p = static_cast<const uint8_t*>(w.data);
+      return p >= file.data() && p < file.data() + file.size();
+    };
+    for (const auto& layer : m.weights.layers) {
+      // (wq and wk are copied either way: GGUF stores their rows permuted.)
+      EXPECT_FALSE(in_file(layer.wq));
+      for (const auto* w : {&layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
+        EXPECT_EQ(in_file(*w), mapped == 1);
+    }
+    EXPECT_EQ(in_file(m.weights.embed), mapped == 1);
+    EXPECT_EQ(m.weights.arena.reserved_bytes() > 0, true);  // norm vectors are always copied
+    Engine engine(m.weights, EngineOptions{});
+    Sequence seq;
+    auto z = engine.feed(seq, tokens, /*all_logits=*/true);
+    logits[mapped].assign(z.begin(), z.end());
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0);
+}
+
 // The loader interleaves q8_0/q4_0 matrices 8 rows at a time (--no-interleave keeps the file's
 // blocks); interleaved matrices take 8-bit activations at every T, the file layout only below 16
 // tokens. stories260K keeps one float matrix (w_down, 172 inputs): its float reassociation between

@@ -11,6 +11,7 @@
 
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
+#include "ember/core/huge_pages.h"
 #include "ember/engine/engine.h"
 #include "ember/engine/sampler.h"
 #include "ember/kernels/cpu/kernels.h"
@@ -172,6 +173,9 @@ int bench_command(const BenchOptions& o) {
     j["repetitions"] = o.repetitions;
     j["load_seconds"] = model.load_seconds;
     j["matrix_bytes"] = model.weights.matrix_bytes();
+    j["matrix_bytes_copied"] = model.weights.copied_matrix_bytes();
+    j["weight_bytes_in_huge_pages"] = model.weights.arena.huge_backed_bytes();
+    j["transparent_huge_pages"] = transparent_huge_pages_mode();
     j["n_params_layers"] = c.n_layers;
     if (!pp.empty())
       j["pp"] = {{"tokens", o.prompt_tokens},
@@ -200,6 +204,14 @@ int bench_command(const BenchOptions& o) {
       model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype),
       interleaved ? " interleaved" : "", weight_mb, dtype_name(eo.kv_dtype),
       cpu::isa_name(cpu::active_isa()), engine.n_threads(), model.load_seconds);
+  // Where decode reads the weights from: the file mapping (4 KiB pages) or ember's own copy.
+  std::printf(
+      "weights: %.1f MB read in place from the file, %.1f MB copied at load (%.1f MB in "
+      "2 MiB pages; transparent huge pages: %s)\n",
+      static_cast<double>(model.weights.matrix_bytes() - model.weights.copied_matrix_bytes()) / 1e6,
+      static_cast<double>(model.weights.copied_matrix_bytes()) / 1e6,
+      static_cast<double>(model.weights.arena.huge_backed_bytes()) / 1e6,
+      transparent_huge_pages_mode().c_str());
   std::printf("| %-8s | %5s | %12s | %21s |\n", "test", "batch", "tok/s (med)", "min .. max");
   if (!pp.empty()) {
     std::printf("| pp%-6lld | %5d | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.prompt_tokens, 1,

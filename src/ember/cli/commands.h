@@ -22,6 +22,7 @@ struct ModelOptions {
   bool dummy = false;
   uint64_t dummy_seed = 1234;
   bool no_interleave = false;
+  bool no_mmap = false;
   int threads = 0;
   int64_t context = 0;
   std::string kv_dtype = "f32";

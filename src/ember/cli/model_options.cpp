@@ -33,6 +33,10 @@ void ModelOptions::add_to(CLI::App& app, bool model_is_positional) {
   app.add_flag("--no-interleave", no_interleave,
                "Keep q8_0/q4_0 blocks in the file's layout (zero-copy) instead of interleaving "
                "them 8 rows at a time for the decode kernels at load");
+  app.add_flag("--no-mmap", no_mmap,
+               "Copy matrices stored in the compute dtype out of the file into huge-page memory "
+               "instead of reading them in place from the mapping (faster decode on float weights, "
+               "slower load; the process then holds its own copy)");
 }
 
 void ModelOptions::add_kv_dtype_option(CLI::App& app) {
@@ -63,6 +67,7 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   o.dummy = dummy;
   o.dummy_seed = dummy_seed;
   o.interleave_quantized = !no_interleave;
+  o.map_weights = !no_mmap;
   o.load_tokenizer = need_tokenizer;
   return o;
 }

@@ -15,9 +15,10 @@ KvBlockPool::KvBlockPool(const KvPoolShape& shape) : shape_(shape) {
     throw Error(std::string("KV cache dtype must be f32 or f16, not ") + dtype_name(shape.dtype));
   }
   const auto bytes = static_cast<size_t>(shape.n_layers * layer_elements() * element_bytes());
-  // Zero-filled: unwritten slots are never read, but deterministic memory keeps tools quiet.
-  keys_.assign(bytes, 0);
-  values_.assign(bytes, 0);
+  // Zero-filled (fresh anonymous memory): unwritten slots are never read, but deterministic memory
+  // keeps tools quiet. Faulted in now, as the engine's first steps should not pay for it.
+  keys_ = HugePageBuffer(bytes, /*prefault=*/true);
+  values_ = HugePageBuffer(bytes, /*prefault=*/true);
 }
 
 cpu::PagedKv KvBlockPool::layer_view(int64_t layer) const {

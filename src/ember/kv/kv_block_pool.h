@@ -7,7 +7,7 @@
 #pragma once
 
 #include <cstdint>
-#include "ember/core/aligned_vector.h"
+#include "ember/core/huge_pages.h"
 #include "ember/kernels/cpu/kernels.h"
 
 namespace ember {
@@ -56,8 +56,9 @@ class KvBlockPool {
   }
 
   KvPoolShape shape_;
-  AlignedVector<uint8_t> keys_;
-  AlignedVector<uint8_t> values_;
+  // Huge pages (huge_pages.h): attention reads blocks scattered over the pool, a 4 KiB page each.
+  HugePageBuffer keys_;
+  HugePageBuffer values_;
 };
 
 }  // namespace ember

@@ -49,8 +49,13 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 class WeightBuilder {
  public:
   WeightBuilder(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t seed,
-                bool interleave_quantized, ModelWeights& w)
-      : ckpt_(ckpt), dtype_(dtype), seed_(seed), interleave_(interleave_quantized), w_(w) {}
+                bool interleave_quantized, bool map_weights, ModelWeights& w)
+      : ckpt_(ckpt),
+        dtype_(dtype),
+        seed_(seed),
+        interleave_(interleave_quantized),
+        map_weights_(map_weights),
+        w_(w) {}
 
   const StoredTensor& find(const ExpectedTensor& expected) {
     auto it = ckpt_.tensors.find(expected.name);
@@ -81,7 +86,7 @@ class WeightBuilder {
     cpu::WeightMatrix source{src.dtype, src.data, rows, cols, dtype_row_bytes(src.dtype, cols)};
     bool permute = permute_qk && ckpt_.qk_rows_interleaved;
     const bool interleave = interleave_ && dtype_is_quantized(target);
-    if (target == src.dtype && !permute) {
+    if (target == src.dtype && !permute && (interleave || map_weights_)) {
       if (!interleave) return source;  // zero-copy view into the mapping
       const cpu::WeightMatrix out = cpu::interleave_rows(source, allocate_for(source));
       release_source(source);
@@ -162,13 +167,14 @@ class WeightBuilder {
   std::optional<DType> dtype_;
   uint64_t seed_;
   bool interleave_;
+  bool map_weights_;
   ModelWeights& w_;
 };
 
 }  // namespace
 
 ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t dummy_seed,
-                           bool interleave_quantized, DType* matrix_dtype_out) {
+                           bool interleave_quantized, DType* matrix_dtype_out, bool map_weights) {
   ModelWeights w;
   w.config = ckpt.config;
   w.mappings = ckpt.mappings;
@@ -178,7 +184,7 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
             : ckpt.torch_dtype == "float16" ? DType::F16
                                             : DType::BF16;
   }
-  WeightBuilder b(ckpt, dtype, dummy_seed, interleave_quantized, w);
+  WeightBuilder b(ckpt, dtype, dummy_seed, interleave_quantized, map_weights, w);
   std::vector<ExpectedTensor> expected = expected_tensors(c);
   size_t i = 0;
   auto next = [&]() -> const ExpectedTensor& { return expected.at(i++); };
@@ -245,7 +251,7 @@ LoadedModel load_model(const LoadOptions& options) {
   copts.tokenizer_path = options.tokenizer_path;
   m.checkpoint = open_checkpoint(options.path, copts);
   m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed,
-                            options.interleave_quantized, &m.matrix_dtype);
+                            options.interleave_quantized, &m.matrix_dtype, options.map_weights);
   if (options.load_tokenizer) m.tokenizer = load_checkpoint_tokenizer(m.checkpoint);
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;

@@ -26,6 +26,11 @@ struct LoadOptions {
   // fastest (weight_layout.h); false keeps GGUF's own blocks as they are (zero-copy when the file
   // already holds the wanted dtype).
   bool interleave_quantized = true;
+  // false (--no-mmap): matrices whose stored dtype is already the compute dtype are copied out of
+  // the file into huge-page memory (huge_pages.h) instead of read in place: the load copies them
+  // once and the process holds its own copy, and decode reads them faster (bf16 SmolLM2 tg128:
+  // see README). Matrices that are converted or interleaved are copied either way.
+  bool map_weights = true;
 };
 
 struct LoadedModel {
@@ -41,7 +46,7 @@ LoadedModel load_model(const LoadOptions& options);
 // Builds weights from an opened checkpoint (real tensors, or random ones when it is ConfigOnly).
 ModelWeights build_weights(const Checkpoint& checkpoint, std::optional<DType> dtype,
                            uint64_t dummy_seed, bool interleave_quantized,
-                           DType* matrix_dtype_out = nullptr);
+                           DType* matrix_dtype_out = nullptr, bool map_weights = true);
 
 // Loads the tokenizer a checkpoint names (GGUF-embedded, llama2.c tokenizer.bin). Throws
 // ember::Error saying why when there is none ember can read.

@@ -6,17 +6,32 @@
 namespace ember {
 
 uint8_t* ModelWeights::allocate(size_t bytes) {
-  arenas.push_back(std::make_unique_for_overwrite<uint8_t[]>(bytes));
-  return arenas.back().get();
+  return arena.allocate(bytes);
 }
+
+namespace {
+
+template <typename Fn>
+void for_each_matrix(const ModelWeights& w, Fn fn) {
+  for (const auto& l : w.layers) {
+    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) fn(*m);
+  }
+  fn(w.lm_head);
+}
+
+}  // namespace
 
 int64_t ModelWeights::matrix_bytes() const {
   int64_t total = 0;
-  auto add = [&](const cpu::WeightMatrix& w) { total += w.n_rows * w.row_bytes; };
-  for (const auto& l : layers) {
-    for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*w);
-  }
-  add(lm_head);
+  for_each_matrix(*this, [&](const cpu::WeightMatrix& m) { total += m.n_rows * m.row_bytes; });
+  return total;
+}
+
+int64_t ModelWeights::copied_matrix_bytes() const {
+  int64_t total = 0;
+  for_each_matrix(*this, [&](const cpu::WeightMatrix& m) {
+    if (arena.owns(m.data)) total += m.n_rows * m.row_bytes;
+  });
   return total;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "ember/core/huge_pages.h"
 #include "ember/core/mapped_file.h"
 #include "ember/kernels/cpu/kernels.h"
 #include "ember/model/model_config.h"
@@ -39,12 +40,16 @@ struct ModelWeights {
 
   // Keep-alive storage behind the views above.
   std::vector<std::shared_ptr<const MappedFile>> mappings;
-  std::vector<std::unique_ptr<uint8_t[]>> arenas;
+  // Matrices copied at load (converted, interleaved, --no-mmap) sit in huge pages: see
+  // huge_pages.h.
+  HugePageArena arena;
 
-  // Allocates `bytes` owned by this object (uninitialised).
+  // Allocates `bytes` (zero-filled, 64-byte aligned) owned by this object.
   uint8_t* allocate(size_t bytes);
   // Bytes of all matrices as the forward pass reads them (what decode streams per token).
   int64_t matrix_bytes() const;
+  // Of those, the bytes in this object's arena (copied at load) rather than read from the file.
+  int64_t copied_matrix_bytes() const;
 };
 
 // inv_freq[i] = theta^(-2i/rope_dim), then the "llama3" frequency-dependent scaling if configured.

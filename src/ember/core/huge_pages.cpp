@@ -1,0 +1,132 @@
+#include "ember/core/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <fstream>
+#include <new>
+#include <sstream>
+#include <utility>
+
+namespace ember {
+
+namespace {
+
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+}  // namespace
+
+HugePageBuffer::HugePageBuffer(std::size_t bytes, bool prefault) {
+  if (bytes == 0) return;
+  const std::size_t size = round_up(bytes, kHugePageBytes);
+  // Over-reserve by one huge page and trim, so the region starts on a 2 MiB boundary (the kernel
+  // can only back whole aligned 2 MiB ranges with a huge page).
+  const std::size_t reserve = size + kHugePageBytes;
+  void* p = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  auto* base = static_cast<uint8_t*>(p);
+  auto* aligned =
+      reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<std::uintptr_t>(base), kHugePageBytes));
+  if (aligned > base) ::munmap(base, static_cast<std::size_t>(aligned - base));
+  const std::size_t tail = static_cast<std::size_t>(base + reserve - (aligned + size));
+  if (tail > 0) ::munmap(aligned + size, tail);
+#ifdef MADV_HUGEPAGE
+  ::madvise(aligned, size, MADV_HUGEPAGE);  // a hint: failure leaves ordinary pages
+#endif
+  data_ = aligned;
+  size_ = size;
+  if (prefault) {
+    for (std::size_t i = 0; i < size; i += 4096) data_[i] = 0;
+  }
+}
+
+HugePageBuffer::~HugePageBuffer() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+}
+
+HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) ::munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+uint8_t* HugePageArena::allocate(std::size_t bytes) {
+  constexpr std::size_t kAlign = 64;
+  bytes = round_up(std::max<std::size_t>(bytes, 1), kAlign);
+  if (bytes > kRegionBytes / 4) {
+    // Large matrices get their own region: no shared region is left mostly empty behind them.
+    regions_.emplace_back(bytes);
+    return regions_.back().data();
+  }
+  if (shared_ == SIZE_MAX || used_in_last_ + bytes > regions_[shared_].size()) {
+    regions_.emplace_back(kRegionBytes);
+    shared_ = regions_.size() - 1;
+    used_in_last_ = 0;
+  }
+  uint8_t* p = regions_[shared_].data() + used_in_last_;
+  used_in_last_ += bytes;
+  return p;
+}
+
+std::size_t HugePageArena::reserved_bytes() const {
+  std::size_t total = 0;
+  for (const auto& r : regions_) total += r.size();
+  return total;
+}
+
+bool HugePageArena::owns(const void* p) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  return std::any_of(regions_.begin(), regions_.end(), [&](const HugePageBuffer& r) {
+    return b >= r.data() && b < r.data() + r.size();
+  });
+}
+
+std::size_t HugePageArena::huge_backed_bytes() const {
+  std::size_t total = 0;
+  for (const auto& r : regions_) total += huge_page_backed_bytes(r.data(), r.size());
+  return total;
+}
+
+std::string transparent_huge_pages_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(f, line)) return "unavailable";
+  // The active choice is bracketed: "always [madvise] never".
+  const auto open = line.find('['), close = line.find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) return "unavailable";
+  return line.substr(open + 1, close - open - 1);
+}
+
+std::size_t huge_page_backed_bytes(const void* p, std::size_t bytes) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + bytes;
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  std::size_t total = 0;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo < end && hi > begin;  // a mapping line: does it overlap the range?
+      continue;
+    }
+    if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      std::istringstream value(line.substr(14));
+      std::size_t kb = 0;
+      value >> kb;
+      total += kb * 1024;
+    }
+  }
+  return std::min(total, bytes);
+}
+
+}  // namespace ember
