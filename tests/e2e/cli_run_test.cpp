@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "test_util.h"
@@ -87,6 +88,28 @@ TEST(CliRun, NoInterleaveKeepsTheFileLayout) {
     EXPECT_EQ(run.out.rfind("Once upon a time", 0), 0u) << run.out;
     EXPECT_GT(run.out.size(), std::string("Once upon a time").size() + 20) << run.out;
   }
+}
+
+// --no-mmap copies the matrices the default reads in place from the file (bench --json counts the
+// copied bytes), and generates the same greedy text.
+TEST(CliRun, NoMmapCopiesTheWeightsAndGeneratesTheSame) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const std::string m = "-m " + test::shell_quote(model.string());
+  auto copied_share = [&](const std::string& flag) {
+    auto bench = test::run_ember("bench " + m + flag + " -p 8 -n 4 -r 1 -t 1 --json");
+    EXPECT_EQ(bench.exit_code, 0) << bench.err;
+    auto j = nlohmann::json::parse(bench.out);
+    return j["matrix_bytes_copied"].get<double>() / j["matrix_bytes"].get<double>();
+  };
+  EXPECT_LT(copied_share(""), 0.5);  // only the permuted Q/K rows are copied by default
+  EXPECT_EQ(copied_share(" --no-mmap"), 1.0);
+  const std::string run = "run " + m + " -p 'Once upon a time' --temp 0 -n 16";
+  auto mapped = test::run_ember(run);
+  auto copied = test::run_ember(run + " --no-mmap");
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.err;
+  ASSERT_EQ(copied.exit_code, 0) << copied.err;
+  EXPECT_EQ(copied.out, mapped.out);
 }
 
 // --kv-dtype f16 reaches the KV pool (bench reports it), generates the same greedy story start as
