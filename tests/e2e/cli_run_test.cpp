@@ -112,6 +112,38 @@ TEST(CliRun, NoMmapCopiesTheWeightsAndGeneratesTheSame) {
   EXPECT_EQ(copied.out, mapped.out);
 }
 
+// bench --probe measures the read bandwidth before each decode repetition (in the pages the
+// weights sit in) and reports decode's weight stream against it, repetition by repetition.
+TEST(CliRun, BenchProbeSetsDecodeAgainstTheReadBandwidth) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const std::string m = "-m " + test::shell_quote(model.string());
+  for (const char* flag : {"", " --no-mmap"}) {
+    SCOPED_TRACE(flag);
+    auto bench =
+        test::run_ember("bench " + m + flag + " -p 0 -n 8 -r 2 -t 1 --probe --probe-mb 64 --json");
+    ASSERT_EQ(bench.exit_code, 0) << bench.err;
+    auto j = nlohmann::json::parse(bench.out);
+    const auto& bw = j["bandwidth"];
+    ASSERT_TRUE(bw.is_object()) << bench.out;
+    EXPECT_EQ(bw["probe_pages"], *flag == '\0' ? "4KiB" : "2MiB");
+    ASSERT_EQ(bw["probe_gbps"].size(), 2u);
+    ASSERT_EQ(bw["fraction_of_probe"].size(), 2u);
+    const auto runs = j["tg"]["runs"];
+    const double bytes = j["matrix_bytes"].get<double>();
+    for (size_t r = 0; r < 2; ++r) {
+      const double probe = bw["probe_gbps"][r].get<double>();
+      EXPECT_GT(probe, 0.1);
+      // fraction = tok/s x bytes per token / probe, repetition by repetition.
+      EXPECT_NEAR(bw["fraction_of_probe"][r].get<double>(),
+                  runs[r].get<double>() * bytes / 1e9 / probe, 1e-9);
+    }
+  }
+  auto bad = test::run_ember("bench " + m + " -p 0 -n 4 -r 1 --probe --probe-mb 0");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--probe-mb must be >= 1"), std::string::npos) << bad.err;
+}
+
 // --kv-dtype f16 reaches the KV pool (bench reports it), generates the same greedy story start as
 // the exact f32 cache on stories260K, and an unknown dtype is a one-line error.
 TEST(CliRun, KvDtypeF16) {

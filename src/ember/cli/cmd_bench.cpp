@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "ember/cli/commands.h"
+#include "ember/core/bandwidth_probe.h"
 #include "ember/core/error.h"
 #include "ember/core/huge_pages.h"
 #include "ember/engine/engine.h"
@@ -28,6 +29,8 @@ struct BenchOptions {
   int repetitions = 3;
   int64_t decode_context = 0;  // prompt tokens each decoding sequence starts from
   int64_t prefix_tokens = 0;   // > 0: also time a prefix-cache hit on a prompt this long
+  bool probe = false;          // run a read-bandwidth probe before each tg repetition
+  int64_t probe_mb = 1024;     // its buffer
   bool json = false;
 };
 
@@ -129,6 +132,7 @@ int bench_command(const BenchOptions& o) {
   if (o.prompt_tokens < 0 || o.gen_tokens < 0 || o.batch < 1 || o.repetitions < 1) {
     throw Error("bench: -p and -n must be >= 0, --batch and -r >= 1");
   }
+  if (o.probe_mb < 1) throw Error("bench: --probe-mb must be >= 1");
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
   EngineOptions eo;
   eo.n_threads = o.model.threads;
@@ -142,16 +146,42 @@ int bench_command(const BenchOptions& o) {
   time_prefill(engine, std::min<int64_t>(16, eo.max_context), rng);
   if (o.gen_tokens > 0) time_decode(engine, o.batch, std::min<int64_t>(4, o.gen_tokens), 0, rng);
 
-  std::vector<double> pp, tg;
+  // --probe: the read-bandwidth ceiling, measured just before each decode repetition (the machine's
+  // bandwidth drifts, so each repetition is set against its own figure). Its pages are those most
+  // of the weights sit in: 2 MiB when ember copied them at load, else the file's 4 KiB.
+  std::unique_ptr<BandwidthProbe> probe;
+  const int64_t matrix_bytes = model.weights.matrix_bytes();
+  if (o.probe && o.gen_tokens > 0) {
+    const bool huge = 2 * model.weights.copied_matrix_bytes() > matrix_bytes;
+    probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.probe_mb) << 20, huge);
+    probe->measure(engine.n_threads());  // warm-up pass
+  }
+  std::vector<double> pp, tg, probe_gbps, decode_fraction;
   for (int r = 0; r < o.repetitions; ++r) {
     if (o.prompt_tokens > 0)
       pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
     if (o.gen_tokens > 0) {
+      if (probe) {
+        // Median of 3 passes: one pass is ~40 ms and single passes swing.
+        std::vector<double> passes;
+        for (int i = 0; i < 3; ++i) passes.push_back(probe->measure(engine.n_threads()));
+        probe_gbps.push_back(summarize(passes).median);
+      }
       tg.push_back(static_cast<double>(o.batch * o.gen_tokens) /
                    time_decode(engine, o.batch, o.gen_tokens, o.decode_context, rng));
+      if (probe) {
+        // A decode step reads every matrix once for the whole batch.
+        const double step_gbps =
+            tg.back() / static_cast<double>(o.batch) * static_cast<double>(matrix_bytes) / 1e9;
+        decode_fraction.push_back(step_gbps / probe_gbps.back());
+      }
     }
   }
   Summary pps = summarize(pp), tgs = summarize(tg);
+  Summary probes = summarize(probe_gbps), fractions = summarize(decode_fraction);
+  const size_t probe_huge_bytes = probe ? huge_page_backed_bytes(probe->data(), probe->bytes()) : 0;
+  const double decode_gbps =
+      tgs.median / static_cast<double>(o.batch) * static_cast<double>(matrix_bytes) / 1e9;
   PrefixResult prefix;
   if (o.prefix_tokens > 0) prefix = time_prefix_hit(model.weights, eo, o.prefix_tokens, rng);
   const ModelConfig& c = model.weights.config;
@@ -189,6 +219,15 @@ int bench_command(const BenchOptions& o) {
                  {"min", tgs.min},
                  {"max", tgs.max},
                  {"runs", tg}};
+    if (probe) {
+      j["bandwidth"] = {{"probe_pages", probe->huge_pages() ? "2MiB" : "4KiB"},
+                        {"probe_bytes_in_huge_pages", probe_huge_bytes},
+                        {"probe_gbps", probe_gbps},
+                        {"probe_gbps_median", probes.median},
+                        {"decode_weight_gbps_median", decode_gbps},
+                        {"fraction_of_probe", decode_fraction},
+                        {"fraction_of_probe_median", fractions.median}};
+    }
     if (o.prefix_tokens > 0) {
       j["prefix_cache"] = {{"prompt_tokens", o.prefix_tokens},
                            {"cached_tokens", prefix.cached},
@@ -221,6 +260,17 @@ int bench_command(const BenchOptions& o) {
     std::printf("| tg%-6lld | %5lld | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.gen_tokens,
                 (long long)o.batch, tgs.median, tgs.min, tgs.max);
   }
+  if (probe) {
+    std::printf(
+        "decode reads %.1f MB of weights per step: %.1f GB/s; read-bandwidth probe (%s pages, "
+        "just before each repetition) %.1f GB/s (%.1f .. %.1f); decode / probe %.0f%% (%.0f%% .. "
+        "%.0f%%), median of %zu repetitions\n",
+        static_cast<double>(matrix_bytes) / 1e6, decode_gbps,
+        probe->huge_pages() ? (probe_huge_bytes == probe->bytes() ? "2 MiB" : "partly 2 MiB")
+                            : "4 KiB",
+        probes.median, probes.min, probes.max, 100 * fractions.median, 100 * fractions.min,
+        100 * fractions.max, decode_fraction.size());
+  }
   if (o.prefix_tokens > 0) {
     std::printf(
         "prefix cache: %lld-token prompt, TTFT cold %.1f ms, warm %.1f ms (%lld tokens cached), "
@@ -251,6 +301,11 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefix-tokens", o->prefix_tokens,
                   "Also time TTFT of a prefix-cache hit on a prompt this long");
+  cmd->add_flag("--probe", o->probe,
+                "Before each decode repetition, measure the machine's read bandwidth and report "
+                "decode's weight stream as a share of it");
+  cmd->add_option("--probe-mb", o->probe_mb, "The probe's buffer (MiB; well past any cache)")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable output");
   return [o] { return bench_command(*o); };
 }
