@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <new>
 #include <sstream>
@@ -21,6 +22,12 @@ std::size_t round_up(std::size_t n, std::size_t to) {
 HugePageBuffer::HugePageBuffer(std::size_t bytes, bool prefault) {
   if (bytes == 0) return;
   const std::size_t size = round_up(bytes, kHugePageBytes);
+  if constexpr (kHugePagesFromHeap) {
+    data_ = static_cast<uint8_t*>(::operator new (bytes, std::align_val_t{kHugePageBytes}));
+    std::memset(data_, 0, bytes);
+    size_ = bytes;
+    return;
+  }
   // Over-reserve by one huge page and trim, so the region starts on a 2 MiB boundary (the kernel
   // can only back whole aligned 2 MiB ranges with a huge page).
   const std::size_t reserve = size + kHugePageBytes;
@@ -42,8 +49,19 @@ HugePageBuffer::HugePageBuffer(std::size_t bytes, bool prefault) {
   }
 }
 
+void HugePageBuffer::release() {
+  if (data_ == nullptr) return;
+  if constexpr (kHugePagesFromHeap) {
+    ::operator delete (data_, std::align_val_t{kHugePageBytes});
+  } else {
+    ::munmap(data_, size_);
+  }
+  data_ = nullptr;
+  size_ = 0;
+}
+
 HugePageBuffer::~HugePageBuffer() {
-  if (data_ != nullptr) ::munmap(data_, size_);
+  release();
 }
 
 HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept
@@ -51,7 +69,7 @@ HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept
 
 HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) ::munmap(data_, size_);
+    release();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
@@ -61,7 +79,7 @@ HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
 uint8_t* HugePageArena::allocate(std::size_t bytes) {
   constexpr std::size_t kAlign = 64;
   bytes = round_up(std::max<std::size_t>(bytes, 1), kAlign);
-  if (bytes > kRegionBytes / 4) {
+  if (bytes > kRegionBytes / 4 || kHugePagesFromHeap) {
     // Large matrices get their own region: no shared region is left mostly empty behind them.
     regions_.emplace_back(bytes);
     return regions_.back().data();

@@ -21,6 +21,21 @@ namespace ember {
 
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
+// Under AddressSanitizer the memory comes from the (instrumented) heap instead, a block per
+// buffer and per arena allocation of exactly the bytes asked for, so that a read or write past a
+// weight matrix or the KV pool is still reported: anonymous mmap has no redzones.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kHugePagesFromHeap = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kHugePagesFromHeap = true;
+#else
+inline constexpr bool kHugePagesFromHeap = false;
+#endif
+#else
+inline constexpr bool kHugePagesFromHeap = false;
+#endif
+
 // One zero-filled region of at least `bytes`, 2 MiB aligned, advised MADV_HUGEPAGE. Move-only.
 // prefault: touch every page now (as the kernel zero-fills it) instead of on first use, so that
 // first use does not pay the page faults (the KV pool: its first decode steps would otherwise).
@@ -35,15 +50,17 @@ class HugePageBuffer {
   HugePageBuffer& operator=(const HugePageBuffer&) = delete;
 
   uint8_t* data() const { return data_; }
-  std::size_t size() const { return size_; }  // rounded up to whole huge pages
+  // Rounded up to whole huge pages (kHugePagesFromHeap: exactly the bytes asked for).
+  std::size_t size() const { return size_; }
 
  private:
+  void release();
   uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
 };
 
 // Bump allocator over HugePageBuffers: small requests share 32 MiB regions, larger ones get their
-// own. Memory is released when the arena is destroyed.
+// own (kHugePagesFromHeap: every request its own). Memory is released when the arena is destroyed.
 class HugePageArena {
  public:
   // `bytes` of zero-filled memory, 64-byte aligned, valid for the arena's lifetime.
