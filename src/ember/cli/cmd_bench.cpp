@@ -152,7 +152,7 @@ int bench_command(const BenchOptions& o) {
   std::unique_ptr<BandwidthProbe> probe;
   const int64_t matrix_bytes = model.weights.matrix_bytes();
   if (o.probe && o.gen_tokens > 0) {
-    const bool huge = 2 * model.weights.copied_matrix_bytes() > matrix_bytes;
+    const bool huge = 2 * model.weights.copied_matrix_bytes() > matrix_bytes;  // mostly copied
     probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.probe_mb) << 20, huge);
     probe->measure(engine.n_threads());  // warm-up pass
   }
@@ -180,12 +180,14 @@ int bench_command(const BenchOptions& o) {
   Summary pps = summarize(pp), tgs = summarize(tg);
   Summary probes = summarize(probe_gbps), fractions = summarize(decode_fraction);
   const size_t probe_huge_bytes = probe ? huge_page_backed_bytes(probe->data(), probe->bytes()) : 0;
+  const int64_t copied_bytes = model.weights.copied_matrix_bytes();
+  const size_t huge_weight_bytes = model.weights.arena.huge_backed_bytes();
   const double decode_gbps =
       tgs.median / static_cast<double>(o.batch) * static_cast<double>(matrix_bytes) / 1e9;
   PrefixResult prefix;
   if (o.prefix_tokens > 0) prefix = time_prefix_hit(model.weights, eo, o.prefix_tokens, rng);
   const ModelConfig& c = model.weights.config;
-  const double weight_mb = static_cast<double>(model.weights.matrix_bytes()) / 1e6;
+  const double weight_mb = static_cast<double>(matrix_bytes) / 1e6;
   // How the layer matrices sit in memory: q8_0/q4_0 are interleaved at load unless --no-interleave.
   const bool interleaved = !model.weights.layers.empty() &&
                            model.weights.layers[0].wq.layout == cpu::WeightLayout::Interleaved8;
@@ -202,9 +204,9 @@ int bench_command(const BenchOptions& o) {
     j["batch"] = o.batch;
     j["repetitions"] = o.repetitions;
     j["load_seconds"] = model.load_seconds;
-    j["matrix_bytes"] = model.weights.matrix_bytes();
-    j["matrix_bytes_copied"] = model.weights.copied_matrix_bytes();
-    j["weight_bytes_in_huge_pages"] = model.weights.arena.huge_backed_bytes();
+    j["matrix_bytes"] = matrix_bytes;
+    j["matrix_bytes_copied"] = copied_bytes;
+    j["weight_bytes_in_huge_pages"] = huge_weight_bytes;
     j["transparent_huge_pages"] = transparent_huge_pages_mode();
     j["n_params_layers"] = c.n_layers;
     if (!pp.empty())
@@ -245,11 +247,11 @@ int bench_command(const BenchOptions& o) {
       cpu::isa_name(cpu::active_isa()), engine.n_threads(), model.load_seconds);
   // Where decode reads the weights from: the file mapping (4 KiB pages) or ember's own copy.
   std::printf(
-      "weights: %.1f MB read in place from the file, %.1f MB copied at load (%.1f MB in "
+      "weights: %.1f MB read in place from the file, %.1f MB copied at load (their memory: %.1f MB "
+      "in "
       "2 MiB pages; transparent huge pages: %s)\n",
-      static_cast<double>(model.weights.matrix_bytes() - model.weights.copied_matrix_bytes()) / 1e6,
-      static_cast<double>(model.weights.copied_matrix_bytes()) / 1e6,
-      static_cast<double>(model.weights.arena.huge_backed_bytes()) / 1e6,
+      static_cast<double>(matrix_bytes - copied_bytes) / 1e6,
+      static_cast<double>(copied_bytes) / 1e6, static_cast<double>(huge_weight_bytes) / 1e6,
       transparent_huge_pages_mode().c_str());
   std::printf("| %-8s | %5s | %12s | %21s |\n", "test", "batch", "tok/s (med)", "min .. max");
   if (!pp.empty()) {

@@ -108,9 +108,9 @@ bool HugePageArena::owns(const void* p) const {
 }
 
 std::size_t HugePageArena::huge_backed_bytes() const {
-  std::size_t total = 0;
-  for (const auto& r : regions_) total += huge_page_backed_bytes(r.data(), r.size());
-  return total;
+  std::vector<std::pair<const void*, std::size_t>> ranges;
+  for (const auto& r : regions_) ranges.emplace_back(r.data(), r.size());
+  return huge_page_backed_bytes(ranges);
 }
 
 std::string transparent_huge_pages_mode() {
@@ -123,28 +123,41 @@ std::string transparent_huge_pages_mode() {
   return line.substr(open + 1, close - open - 1);
 }
 
-std::size_t huge_page_backed_bytes(const void* p, std::size_t bytes) {
-  const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + bytes;
+std::size_t huge_page_backed_bytes(const std::vector<std::pair<const void*, std::size_t>>& ranges) {
+  // smaps says how much of each mapping is in huge pages, not where. The kernel merges adjacent
+  // mappings with the same flags (two arena regions, or a region and the KV pool), so a mapping's
+  // count is shared out over the ranges in proportion to their overlap with it: exact when each
+  // range is its own mapping, an estimate otherwise, and never counting a huge page twice.
   std::ifstream smaps("/proc/self/smaps");
   std::string line;
-  std::size_t total = 0;
-  bool inside = false;
+  double total = 0;
+  std::size_t overlap = 0, length = 0;  // of the current mapping
   while (std::getline(smaps, line)) {
     std::uintptr_t lo = 0, hi = 0;
     char dash = 0;
     std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
-      inside = lo < end && hi > begin;  // a mapping line: does it overlap the range?
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {  // a mapping line
+      overlap = 0;
+      length = hi - lo;
+      for (const auto& [p, bytes] : ranges) {
+        const auto b = reinterpret_cast<std::uintptr_t>(p), e = b + bytes;
+        if (b < hi && e > lo) overlap += std::min<std::uintptr_t>(e, hi) - std::max(b, lo);
+      }
       continue;
     }
-    if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+    if (overlap > 0 && line.rfind("AnonHugePages:", 0) == 0) {
       std::istringstream value(line.substr(14));
       std::size_t kb = 0;
       value >> kb;
-      total += kb * 1024;
+      total += static_cast<double>(kb) * 1024.0 * static_cast<double>(overlap) /
+               static_cast<double>(length);
     }
   }
-  return std::min(total, bytes);
+  return static_cast<std::size_t>(total);
+}
+
+std::size_t huge_page_backed_bytes(const void* p, std::size_t bytes) {
+  return huge_page_backed_bytes({{p, bytes}});
 }
 
 }  // namespace ember

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ember {
@@ -82,7 +83,10 @@ class HugePageArena {
 // when the kernel does not say (no /sys/kernel/mm/transparent_hugepage).
 std::string transparent_huge_pages_mode();
 
-// Bytes of [p, p + bytes) currently backed by huge pages, from /proc/self/smaps (0 if unknown).
+// Bytes of [p, p + bytes) currently backed by huge pages, from /proc/self/smaps (0 if unknown):
+// exact when the range is a mapping of its own, else that mapping's count shared out by overlap.
 std::size_t huge_page_backed_bytes(const void* p, std::size_t bytes);
+// The same over several ranges, each huge page counted once.
+std::size_t huge_page_backed_bytes(const std::vector<std::pair<const void*, std::size_t>>& ranges);
 
 }  // namespace ember
