@@ -1,10 +1,13 @@
 // matmul for every weight dtype and every ISA the CPU runs, against the double-precision
 // reference on the same stored weights, plus the determinism contract of kernels.h.
 //
-// Tolerance (all dtypes): |y - ref| <= 1e-5 * sum_k |x_k * w_k|, where w is the weight as stored
-// (f16/bf16 converted, q8_0/q4_0 dequantized). The kernels compute in f32 on exactly those weight
-// values, so the only error is f32 accumulation; the quantization error itself is tested in
-// kernels_quantize_test.cpp.
+// Tolerance: |y - ref| <= 1e-5 * sum_k |x_k * w_k|, where w is the weight as stored (f16/bf16
+// converted, q8_0/q4_0 dequantized). The kernels compute in f32 on exactly those weight values, so
+// the only error is f32 accumulation; the quantization error itself is tested in
+// kernels_quantize_test.cpp. The one exception is bf16 under AVX-512 (vdpbf16ps), which rounds the
+// activations to bf16 too: 2^-8 * sum_k |x_k * w_k| (rounding error <= 2^-9 per product, plus
+// accumulation), and it equals the f32 product of the rounded activations within 1e-5 (tested
+// below).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "ember/core/half.h"
 #include "ember/kernels/cpu/kernels.h"
 #include "ember/kernels/cpu/kernels_reference.h"
 #include "kernels_test_util.h"
@@ -35,9 +39,9 @@ bool same_bits(float a, float b) {
   return std::memcmp(&a, &b, sizeof(float)) == 0;
 }
 
-// Checks y [T, ldy] against the reference within 1e-5 * sum |x w|.
+// Checks y [T, ldy] against the reference within `tolerance` * sum |x w|.
 void expect_close_to_reference(const std::vector<float>& x, int64_t T, const WeightMatrix& w,
-                               const std::vector<float>& y, int64_t ldy) {
+                               const std::vector<float>& y, int64_t ldy, double tolerance = 1e-5) {
   const int64_t N = w.n_rows, K = w.n_cols;
   std::vector<float> ref_y(static_cast<size_t>(T * N));
   ref::matmul(x.data(), T, w, ref_y.data(), N, 0, N);
@@ -47,7 +51,7 @@ void expect_close_to_reference(const std::vector<float>& x, int64_t T, const Wei
     for (int64_t t = 0; t < T; ++t) {
       double magnitude = 0.0;
       for (int64_t k = 0; k < K; ++k) magnitude += std::fabs(double{x[t * K + k]} * row[k]);
-      ASSERT_NEAR(y[t * ldy + n], ref_y[t * N + n], 1e-5 * magnitude + 1e-30)
+      ASSERT_NEAR(y[t * ldy + n], ref_y[t * N + n], tolerance * magnitude + 1e-30)
           << "t=" << t << " n=" << n << " K=" << K;
     }
   }
@@ -68,7 +72,9 @@ TEST(KernelsMatmul, MatchesReferenceEveryDtypeAndIsa) {
           const int64_t ldy = N + 3;  // a leading dimension wider than N
           std::vector<float> y(static_cast<size_t>(T * ldy), -123.0f);
           matmul(x.data(), T, w.view, y.data(), ldy, 0, N);
-          expect_close_to_reference(x, T, w.view, y, ldy);
+          expect_close_to_reference(
+              x, T, w.view, y, ldy,
+              test::rounds_activations_to_bf16(isa, dtype) ? 1.0 / 256 : 1e-5);
           for (int64_t t = 0; t < T; ++t) {  // the padding columns are left alone
             for (int64_t n = N; n < ldy; ++n) ASSERT_EQ(y[t * ldy + n], -123.0f);
           }
@@ -76,6 +82,42 @@ TEST(KernelsMatmul, MatchesReferenceEveryDtypeAndIsa) {
       }
     }
   }
+}
+
+// The AVX-512 bf16 kernels equal the product of the bf16-rounded activations (round to nearest
+// even) and the weights up to f32 summation: the rounding is all that differs from the other ISAs.
+// Odd K, K past one 32-value chunk and both token ranges (decode tiles, token-lane GEMM).
+TEST(KernelsMatmul, Bf16UnderAvx512IsTheProductOfRoundedActivations) {
+  const int64_t N = 21;
+  bool ran = false;
+  for (Isa isa : supported_isas()) {
+    if (!test::rounds_activations_to_bf16(isa, DType::BF16)) continue;
+    ran = true;
+    IsaScope scope(isa);
+    for (int64_t K : {1, 31, 33, 67, 576}) {
+      for (int64_t T : {1, 2, 5, 16, 35}) {
+        SCOPED_TRACE("K=" + std::to_string(K) + " T=" + std::to_string(T));
+        auto w = make_weights(random_floats(N * K, 31), N, K, DType::BF16);
+        auto x = random_floats(T * K, 32);
+        std::vector<float> rounded(x.size());
+        for (size_t i = 0; i < x.size(); ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+        std::vector<float> y(static_cast<size_t>(T * N));
+        matmul(x.data(), T, w.view, y.data(), N, 0, N);
+        expect_close_to_reference(rounded, T, w.view, y, N);
+        // And the rounding shows: against the unrounded activations some output is off by more
+        // than the f32 bound (else this test could not tell the paths apart).
+        std::vector<float> exact(y.size());
+        ref::matmul(x.data(), T, w.view, exact.data(), N, 0, N);
+        if (K >= 33) {
+          double worst = 0;
+          for (size_t i = 0; i < y.size(); ++i)
+            worst = std::max(worst, double{std::fabs(y[i] - exact[i])});
+          EXPECT_GT(worst, 1e-5);
+        }
+      }
+    }
+  }
+  if (!ran) GTEST_SKIP() << "this CPU has no AVX-512 BF16 kernels";
 }
 
 // Any split into row ranges, in any order, gives the bits of one call over all rows.
@@ -308,12 +350,22 @@ TEST(KernelsDispatch, ForcedIsaFallsBackAndRestores) {
   const Isa saved = active_isa();
   force_isa(Isa::Scalar);
   EXPECT_EQ(active_isa(), Isa::Scalar);
-  // There are no AVX-512 kernels yet: asking for them runs the best available (never Avx512).
+  // AVX-512 runs only where the CPU has every feature its kernels use; elsewhere the best below.
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16") &&
+                      __builtin_cpu_supports("avx512vnni");
   force_isa(Isa::Avx512);
-  EXPECT_NE(active_isa(), Isa::Avx512);
+  EXPECT_EQ(active_isa(), avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar);
+  force_isa(Isa::Avx2);
+  EXPECT_EQ(active_isa(), avx2 ? Isa::Avx2 : Isa::Scalar);
   force_isa(saved);
   EXPECT_EQ(active_isa(), saved);
   EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
+  EXPECT_STREQ(isa_name(Isa::Avx512), "avx512");
 }
 
 }  // namespace

@@ -46,14 +46,22 @@ inline OwnedWeights make_weights(const std::vector<float>& values, int64_t n_row
   return w;
 }
 
-// The ISAs this CPU can run (Scalar always; Avx2 when the dispatcher accepts it).
+// The ISAs this CPU can run (Scalar always; Avx2 and Avx512 when the dispatcher accepts them).
 inline std::vector<cpu::Isa> supported_isas() {
   const cpu::Isa saved = cpu::active_isa();
   std::vector<cpu::Isa> isas = {cpu::Isa::Scalar};
-  cpu::force_isa(cpu::Isa::Avx2);
-  if (cpu::active_isa() == cpu::Isa::Avx2) isas.push_back(cpu::Isa::Avx2);
+  for (cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+    cpu::force_isa(isa);
+    if (cpu::active_isa() == isa) isas.push_back(isa);
+  }
   cpu::force_isa(saved);
   return isas;
+}
+
+// Whether matmuls on `dtype` under `isa` round the activations to bf16 (the AVX-512 bf16 kernels,
+// vdpbf16ps): their error bound is 2^-8 * sum |x w| instead of f32 summation error.
+inline bool rounds_activations_to_bf16(cpu::Isa isa, DType dtype) {
+  return isa == cpu::Isa::Avx512 && dtype == DType::BF16;
 }
 
 // Forces `isa` for its lifetime and restores the previous choice. Usage:

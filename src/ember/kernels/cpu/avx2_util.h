@@ -43,6 +43,17 @@ EMBER_AVX2_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+// The first min(n, 4) lanes of s to out.
+EMBER_AVX2_INLINE void store_sums(__m128 s, float* out, int n) {
+  if (n >= 4) {
+    _mm_storeu_ps(out, s);
+    return;
+  }
+  alignas(16) float lanes[4];
+  _mm_store_ps(lanes, s);
+  for (int i = 0; i < n; ++i) out[i] = lanes[i];
+}
+
 // y[t * ldy + r] = the lane sum of acc[r][t] in hsum4()'s order, four rows at a time (rows past R
 // in a group of four repeat the last row and are not stored).
 template <int R, int NT>
@@ -54,14 +65,7 @@ EMBER_AVX2_INLINE void store_lane_sums(const __m256 (&acc)[R][NT], float* y, int
       const __m128 s =
           hsum4(acc[r0][t], acc[r0 + 1 < R ? r0 + 1 : R - 1][t],
                 acc[r0 + 2 < R ? r0 + 2 : R - 1][t], acc[r0 + 3 < R ? r0 + 3 : R - 1][t]);
-      float* out = y + t * ldy + r0;
-      if (r0 + 4 <= R) {
-        _mm_storeu_ps(out, s);
-      } else {
-        alignas(16) float lanes[4];
-        _mm_store_ps(lanes, s);
-        for (int i = 0; i < R - r0; ++i) out[i] = lanes[i];
-      }
+      store_sums(s, y + t * ldy + r0, R - r0);
     }
   }
 }

@@ -52,6 +52,25 @@ constexpr KernelTable kAvx2Table = {
     avx2::matmul_prepared,
 };
 
+// AVX-512 bf16 and int8 matmuls, the AVX2 kernels for the rest (they run on any AVX-512 CPU).
+constexpr KernelTable kAvx512Table = {
+    Isa::Avx512,
+    avx512::matmul,
+    avx2::rmsnorm,
+    avx2::rope,
+    avx2::softmax,
+    avx2::silu_mul,
+    avx2::add_inplace,
+    avx2::store_kv,
+    avx2::dequantize_row,
+    avx2::attention_tokens,
+    avx2::quantize_activations,
+    avx512::matmul_q8,
+    avx512::prepared_activation_floats,
+    avx512::prepare_activations,
+    avx512::matmul_prepared,
+};
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -60,18 +79,25 @@ bool cpu_has_avx2() {
 
 bool cpu_has_avx512() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
+  // Everything EMBER_AVX512_TARGET names: Sapphire Rapids, Cooper Lake, AMD Zen 4 and later.
+  // Skylake-X / Ice Lake (no BF16) run the AVX2 set.
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16") &&
+         __builtin_cpu_supports("avx512vnni");
 }
 
-// The table for `wanted`, or the best one below it that this CPU (and this build) can run.
-// There are no AVX-512 kernels yet: Avx512 runs the AVX2 table.
+// The table for `wanted`, or the best one below it that this CPU can run.
 const KernelTable* resolve(Isa wanted, bool forced) {
-  if (wanted == Isa::Avx512 && forced && !cpu_has_avx512()) {
-    std::fprintf(stderr, "ember: this CPU lacks AVX-512; using %s kernels\n",
-                 cpu_has_avx2() ? "avx2" : "scalar");
+  if (wanted == Isa::Avx512) {
+    if (cpu_has_avx512()) return &kAvx512Table;
+    if (forced) {
+      std::fprintf(stderr,
+                   "ember: this CPU lacks AVX-512 (F/BW/VL/DQ/BF16/VNNI); using %s kernels\n",
+                   cpu_has_avx2() ? "avx2" : "scalar");
+    }
+    wanted = Isa::Avx2;
   }
-  if (wanted == Isa::Avx512) wanted = Isa::Avx2;
   if (wanted == Isa::Avx2) {
     if (cpu_has_avx2()) return &kAvx2Table;
     if (forced) std::fprintf(stderr, "ember: this CPU lacks AVX2/FMA/F16C; using scalar kernels\n");

@@ -83,4 +83,18 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
                int64_t row_begin, int64_t row_end);
 }  // namespace avx2
 
+// Compiled with function-level target(EMBER_AVX512_TARGET: AVX-512 F/BW/VL/DQ, BF16, VNNI); call
+// only when the CPU has all of them. The kernels not listed here are the AVX2 ones.
+namespace avx512 {
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+            int64_t row_begin, int64_t row_end);
+int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
+void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
+                         int64_t token_end, float* xp);
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end);
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end);
+}  // namespace avx512
+
 }  // namespace ember::cpu

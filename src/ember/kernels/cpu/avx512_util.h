@@ -1,0 +1,44 @@
+// Internal AVX-512 helpers shared by the avx512_*.cpp kernels. Like the AVX2 code, every function
+// carries its target attribute, so the build needs no -march flag; the dispatcher only reaches
+// this code after CPUID reports every feature in EMBER_AVX512 (cpu_has_avx512 in kernels.cpp).
+// The target is a superset of the AVX2 one, so the avx2 helpers inline here.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#define EMBER_AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,avx2,fma,f16c"
+#define EMBER_AVX512 __attribute__((target(EMBER_AVX512_TARGET)))
+#define EMBER_AVX512_INLINE __attribute__((target(EMBER_AVX512_TARGET), always_inline)) inline
+
+namespace ember::cpu::avx512 {
+
+// The lane sums of four 16-lane vectors, as 4 floats: each vector's halves are added (lanes i and
+// i + 8), then reduced in the AVX2 hsum4 order. One fixed order, so every kernel that reduces
+// through this gets the same bits for the same accumulator.
+// (Zero-masked extracts for both halves: GCC 12's plain extract and 512 -> 256 cast read an
+// "undefined" vector and warn.)
+EMBER_AVX512_INLINE __m256 add_halves(__m512 v) {
+  const auto all = static_cast<__mmask8>(0xff);
+  return _mm256_add_ps(_mm512_maskz_extractf32x8_ps(all, v, 0),
+                       _mm512_maskz_extractf32x8_ps(all, v, 1));
+}
+
+EMBER_AVX512_INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(add_halves(a), add_halves(b)),
+                                  _mm256_hadd_ps(add_halves(c), add_halves(d)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// Mask of the first n (0..16) lanes.
+EMBER_AVX512_INLINE __mmask16 lanes16(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// Mask of the first n (0..32) 16-bit elements.
+EMBER_AVX512_INLINE __mmask32 lanes32(int64_t n) {
+  return n >= 32 ? static_cast<__mmask32>(0xffffffffu) : static_cast<__mmask32>((1u << n) - 1u);
+}
+
+}  // namespace ember::cpu::avx512
