@@ -31,13 +31,15 @@ EMBER_AVX512_INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// Mask of the first n (0..16) lanes.
+// Mask of the first n lanes (none for n <= 0, all 16 for n >= 16).
 EMBER_AVX512_INLINE __mmask16 lanes16(int64_t n) {
+  if (n <= 0) return 0;
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
 }
 
-// Mask of the first n (0..32) 16-bit elements.
+// Mask of the first n 16-bit elements (none for n <= 0, all 32 for n >= 32).
 EMBER_AVX512_INLINE __mmask32 lanes32(int64_t n) {
+  if (n <= 0) return 0;
   return n >= 32 ? static_cast<__mmask32>(0xffffffffu) : static_cast<__mmask32>((1u << n) - 1u);
 }
 
