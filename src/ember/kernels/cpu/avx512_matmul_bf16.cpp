@@ -15,16 +15,15 @@
 //   T >= 16: [G][P][16]  16 tokens side by side for every pair (token lanes), G = ceil(T / 16).
 // Both are stored in the float buffer the forward pass keeps (a pair takes one float's 4 bytes).
 //
-// Determinism: T < 16 (decode): one accumulator per (row, token) over 32-value chunks in order,
-// reduced by hsum4(): the same bits for any T < 16, tile shape, row range or thread. T >= 16
+// Determinism: T < 16 (decode): per (row, token) two accumulators (even and odd 32-value chunks,
+// each in order), added and reduced in one fixed order: the same bits for any T < 16, row range or
+// thread. T >= 16
 // (prefill): one lane per (row, token) over pairs in order: the same bits for any T >= 16. The two
 // differ by float reassociation only.
 #include <algorithm>
 #include <cstring>
 
 #include "ember/core/aligned_vector.h"
-#include "ember/kernels/cpu/avx2_prefetch.h"
-#include "ember/kernels/cpu/avx2_util.h"
 #include "ember/kernels/cpu/avx512_matmul_bf16.h"
 #include "ember/kernels/cpu/avx512_util.h"
 
@@ -58,95 +57,75 @@ EMBER_AVX512 void rows_to_bf16(const float* x, int64_t ldx, int64_t T, int64_t K
   }
 }
 
-// --- T < 16: weights stream once, every token at once -------------------------------------
+// --- T < 16: weights stream once, in memory order ------------------------------------------
+//
+// One row at a time, all its tokens at once, so the weights are read strictly in address order: a
+// single sequential stream, which the hardware prefetchers follow at full speed. Tiles of several
+// rows side by side (the AVX2 shape: 8 rows, each a stream 2K bytes from the next) confused them:
+// one thread over a decode step's matrices (huge pages, AMD Zen 4) read 65-68% of the single-thread
+// probe with 8-row tiles and software prefetch, 35-40% with 2 or 4 rows and none, and 90-97% one
+// row at a time with no software prefetch (which only got in the way: 60-85%).
 
-// R rows x NT tokens: acc[r][t] += dot of 32 weights with 32 activations per step.
-template <int R, int NT>
-EMBER_AVX512 void gemv_tile(const uint32_t* xp, int64_t P, int64_t K, const uint8_t* w,
-                            int64_t row_bytes, float* y, int64_t ldy,
-                            avx2::LinePrefetcher* prefetch) {
-  __m512 acc[R][NT];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
+// Row `row` (K values) against NT tokens: two accumulators per token (even / odd 32-value chunks)
+// for the dot-product latency, summed and reduced once per row.
+template <int NT>
+EMBER_AVX512 void gemv_row(const uint32_t* xp, int64_t P, int64_t K, const uint8_t* row, float* y,
+                           int64_t ldy) {
+  __m512 acc[NT][2];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
-  }
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   int64_t k = 0;
-  for (; k + 32 <= K; k += 32) {
-    if (prefetch != nullptr) prefetch->step();
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512i wv = _mm512_loadu_si512(w + r * row_bytes + 2 * k);
+  for (; k + 64 <= K; k += 64) {
+    const __m512i w0 = _mm512_loadu_si512(row + 2 * k);
+    const __m512i w1 = _mm512_loadu_si512(row + 2 * k + 64);
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        acc[r][t] =
-            _mm512_dpbf16_ps(acc[r][t], as_bh(wv), as_bh(_mm512_loadu_si512(xp + t * P + k / 2)));
+    for (int t = 0; t < NT; ++t) {
+      const uint32_t* x = xp + t * P + k / 2;
+      acc[t][0] = _mm512_dpbf16_ps(acc[t][0], as_bh(w0), as_bh(_mm512_loadu_si512(x)));
+      acc[t][1] = _mm512_dpbf16_ps(acc[t][1], as_bh(w1), as_bh(_mm512_loadu_si512(x + 16)));
+    }
+  }
+  if (k < K) {  // one or two chunks of 32 left, the last one partial: masked (zeros past K)
+    const __m512i w0 = _mm512_maskz_loadu_epi16(lanes32(K - k), row + 2 * k);
+    const __m512i w1 = _mm512_maskz_loadu_epi16(lanes32(K - k - 32), row + 2 * k + 64);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      const uint32_t* x = xp + t * P + k / 2;
+      acc[t][0] = _mm512_dpbf16_ps(acc[t][0], as_bh(w0), as_bh(_mm512_loadu_si512(x)));
+      if (K - k > 32) {
+        acc[t][1] = _mm512_dpbf16_ps(acc[t][1], as_bh(w1), as_bh(_mm512_loadu_si512(x + 16)));
       }
     }
   }
-  if (k < K) {  // the last partial chunk: masked weight loads (zeros), activations zero-padded
-    const __mmask32 mask = lanes32(K - k);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512i wv = _mm512_maskz_loadu_epi16(mask, w + r * row_bytes + 2 * k);
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        acc[r][t] =
-            _mm512_dpbf16_ps(acc[r][t], as_bh(wv), as_bh(_mm512_loadu_si512(xp + t * P + k / 2)));
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) {
-#pragma GCC unroll 4
-    for (int r0 = 0; r0 < R; r0 += 4) {
-      const __m128 s =
-          hsum4(acc[r0][t], acc[r0 + 1 < R ? r0 + 1 : R - 1][t],
-                acc[r0 + 2 < R ? r0 + 2 : R - 1][t], acc[r0 + 3 < R ? r0 + 3 : R - 1][t]);
-      avx2::store_sums(s, y + t * ldy + r0, R - r0);
-    }
-  }
+  for (int t = 0; t < NT; ++t) y[t * ldy] = reduce_add(_mm512_add_ps(acc[t][0], acc[t][1]));
 }
 
-// Rows [row_begin, row_end) for NT tokens in tiles of R rows; the next tile's bytes are prefetched
-// while one computes (into L2 for single-token decode, where the tile is ~9 KiB).
-template <int R, int NT>
-EMBER_AVX512 void gemv_rows(const uint32_t* xp, int64_t P, const WeightMatrix& w, float* y,
-                            int64_t ldy, int64_t row_begin, int64_t row_end, bool prefetch_rows) {
-  const int64_t K = w.n_cols, rb = w.row_bytes;
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  const int64_t steps = (K + 31) / 32;
-  int64_t n = row_begin;
-  for (; n + R <= row_end; n += R) {
-    auto prefetch = avx2::LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, steps,
-                                                /*to_l2=*/NT == 1);
-    gemv_tile<R, NT>(xp, P, K, base + n * rb, rb, y + n, ldy, prefetch_rows ? &prefetch : nullptr);
-  }
-  for (; n < row_end; ++n) gemv_tile<1, NT>(xp, P, K, base + n * rb, rb, y + n, ldy, nullptr);
-}
-
-// T in [1, 16): up to 4 tokens per pass (8 x 1, 6 x 2, 4 x 3, 3 x 4 tiles); from 5 tokens on,
-// 48-row blocks take every 4-token pass while their rows are still in L1/L2.
+// T in [1, 16): each row against up to 4 tokens per pass; from 5 tokens on, the row's further
+// passes read it from L1.
 EMBER_AVX512 void gemv(const uint32_t* xp, int64_t P, int64_t T, const WeightMatrix& w, float* y,
                        int64_t ldy, int64_t row_begin, int64_t row_end) {
-  auto pass = [&](const uint32_t* x, int64_t nt, float* yt, int64_t b, int64_t e, bool first) {
-    switch (nt) {
-      case 1:
-        return gemv_rows<8, 1>(x, P, w, yt, ldy, b, e, first);
-      case 2:
-        return gemv_rows<6, 2>(x, P, w, yt, ldy, b, e, first);
-      case 3:
-        return gemv_rows<4, 3>(x, P, w, yt, ldy, b, e, first);
-      default:
-        return gemv_rows<3, 4>(x, P, w, yt, ldy, b, e, first);
-    }
-  };
-  if (T <= 4) return pass(xp, T, y, row_begin, row_end, true);
-  constexpr int64_t kBlockRows = 48;
-  for (int64_t b = row_begin; b < row_end; b += kBlockRows) {
-    const int64_t e = std::min(row_end, b + kBlockRows);
+  const int64_t K = w.n_cols, rb = w.row_bytes;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t n = row_begin; n < row_end; ++n) {
+    const uint8_t* row = base + n * rb;
     for (int64_t t = 0; t < T; t += 4) {
-      pass(xp + t * P, std::min<int64_t>(4, T - t), y + t * ldy, b, e, t == 0);
+      const uint32_t* x = xp + t * P;
+      float* yt = y + t * ldy + n;
+      switch (std::min<int64_t>(4, T - t)) {
+        case 1:
+          gemv_row<1>(x, P, K, row, yt, ldy);
+          break;
+        case 2:
+          gemv_row<2>(x, P, K, row, yt, ldy);
+          break;
+        case 3:
+          gemv_row<3>(x, P, K, row, yt, ldy);
+          break;
+        default:
+          gemv_row<4>(x, P, K, row, yt, ldy);
+          break;
+      }
     }
   }
 }

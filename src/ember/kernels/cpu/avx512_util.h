@@ -14,21 +14,22 @@
 
 namespace ember::cpu::avx512 {
 
-// The lane sums of four 16-lane vectors, as 4 floats: each vector's halves are added (lanes i and
-// i + 8), then reduced in the AVX2 hsum4 order. One fixed order, so every kernel that reduces
-// through this gets the same bits for the same accumulator.
-// (Zero-masked extracts for both halves: GCC 12's plain extract and 512 -> 256 cast read an
-// "undefined" vector and warn.)
+// (Zero-masked extracts: GCC 12's plain extracts, its 512 -> 256 cast and _mm512_reduce_add_ps read
+// an "undefined" vector and warn.)
 EMBER_AVX512_INLINE __m256 add_halves(__m512 v) {
   const auto all = static_cast<__mmask8>(0xff);
   return _mm256_add_ps(_mm512_maskz_extractf32x8_ps(all, v, 0),
                        _mm512_maskz_extractf32x8_ps(all, v, 1));
 }
 
-EMBER_AVX512_INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(add_halves(a), add_halves(b)),
-                                  _mm256_hadd_ps(add_halves(c), add_halves(d)));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+// The sum of the 16 lanes in one fixed order (halves, quarters, then pairs), so a kernel that
+// reduces through it gets the same bits for the same accumulator.
+EMBER_AVX512_INLINE float reduce_add(__m512 v) {
+  const __m256 h = add_halves(v);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 
 // Mask of the first n lanes (none for n <= 0, all 16 for n >= 16).
