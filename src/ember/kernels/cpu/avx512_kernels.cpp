@@ -1,11 +1,13 @@
-// The AVX-512 kernel set (Isa::Avx512): bf16 matmuls on vdpbf16ps (avx512_matmul_bf16.cpp) and
-// quantized matmuls on VNNI int8 dot products (avx512_matmul_q8.cpp); every other kernel is the
-// AVX2 one (the table in kernels.cpp points there). Elementwise ops and attention on 135M-class
-// shapes are a few percent of a step and memory- or latency-bound, and f32/f16 matmuls gain nothing
-// from 512-bit FMAs on CPUs that split them into two 256-bit halves (AMD Zen 4), so those stay on
-// one tested implementation.
+// The AVX-512 kernel set (Isa::Avx512): bf16 matmuls on vdpbf16ps (avx512_matmul_bf16.cpp),
+// quantized matmuls on VNNI int8 dot products (avx512_matmul_q8.cpp) and f32/f16 decode streaming
+// rows in address order (avx512_matmul_float.cpp); every other kernel is the AVX2 one (the table in
+// kernels.cpp points there). Elementwise ops and attention on 135M-class shapes are a few percent
+// of a step and memory- or latency-bound, and the f32/f16 prefill GEMM gains nothing from 512-bit
+// FMAs on CPUs that split them into two 256-bit halves (AMD Zen 4), so those stay on one tested
+// implementation.
 #include "ember/core/aligned_vector.h"
 #include "ember/kernels/cpu/avx512_matmul_bf16.h"
+#include "ember/kernels/cpu/avx512_matmul_float.h"
 #include "ember/kernels/cpu/kernels_isa.h"
 
 namespace ember::cpu::avx512 {
@@ -25,6 +27,11 @@ void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y
                      int64_t row_begin, int64_t row_end) {
   if (w.dtype == DType::BF16) return bf16_matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
   if (uses_8bit_activations(w, T)) return avx512::matmul(xp, T, w, y, ldy, row_begin, row_end);
+  // f32/f16 below kGemmMinTokens: the prepared layout is x itself ([T, K]).
+  if ((w.dtype == DType::F32 || w.dtype == DType::F16) && T < kGemmMinTokens) {
+    if (row_begin < row_end) float_gemv(xp, T, w, y, ldy, row_begin, row_end);
+    return;
+  }
   avx2::matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
 }
 
@@ -36,6 +43,10 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t 
     if (xq.size() < blocks) xq.resize(blocks);
     avx2::quantize_activations(x, T, w.n_cols, xq.data());
     avx512::matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);
+    return;
+  }
+  if ((w.dtype == DType::F32 || w.dtype == DType::F16) && T < kGemmMinTokens) {
+    if (row_begin < row_end) float_gemv(x, T, w, y, ldy, row_begin, row_end);
     return;
   }
   if (w.dtype != DType::BF16) return avx2::matmul(x, T, w, y, ldy, row_begin, row_end);
