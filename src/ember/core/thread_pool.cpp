@@ -22,13 +22,14 @@ namespace {
 // kernels of one forward step, short enough not to burn a core between requests.
 constexpr auto kSpin = std::chrono::microseconds(100);
 
-// Guided chunks: each grab takes 1 / (kGuidedDivisor * threads) of the units still left (at least
-// one), so a job starts with big chunks (few grabs of the shared counter) and ends with single
-// units: a thread that starts late or runs slower (a noisy neighbour, a core busy with the OS)
-// holds the others at the end by at most one unit. With fixed chunks (4 per thread), B = 32 decode
-// spent ~5% of its time waiting at region ends, most of it on the 576-row projections (12 units of
-// 48 rows in 8 chunks of 1 or 2).
-constexpr int64_t kGuidedDivisor = 2;
+// An owner takes 1 / kOwnDivisor of what is left of its range per grab (at least one unit), so a
+// thread that stalls mid-piece strands at most an eighth of a 2-thread job; a thief takes half of
+// the victim's remainder, from the back, so the victim's stream goes on undisturbed.
+constexpr uint64_t kOwnDivisor = 4;
+
+constexpr uint64_t pack(uint64_t begin, uint64_t end) {
+  return begin << 32 | end;
+}
 
 // Spins until pred() holds or kSpin has passed; returns pred().
 template <typename Pred>
@@ -44,7 +45,8 @@ bool spin_until(Pred pred) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(n_threads > 0 ? n_threads : default_thread_count()) {
+    : n_threads_(n_threads > 0 ? n_threads : default_thread_count()),
+      ranges_(std::make_unique<UnitRange[]>(static_cast<size_t>(n_threads_))) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -65,11 +67,18 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
     fn(0, n, 0);
     return;
   }
+  // Units are counted in 32 bits (ranges_): a job of more than 2^31 units takes bigger grains.
+  constexpr int64_t kMaxUnits = int64_t{1} << 31;
+  if ((n + grain - 1) / grain > kMaxUnits) grain = (n + kMaxUnits - 1) / kMaxUnits;
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
   job_units_ = (n + grain - 1) / grain;
-  next_unit_.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < n_threads_; ++i) {
+    const auto begin = static_cast<uint64_t>(job_units_ * i / n_threads_);
+    const auto end = static_cast<uint64_t>(job_units_ * (i + 1) / n_threads_);
+    ranges_[static_cast<size_t>(i)].packed.store(pack(begin, end), std::memory_order_relaxed);
+  }
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
     // Under the mutex so a worker about to sleep cannot miss the bump.
@@ -106,17 +115,40 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
+void ThreadPool::run_units(int64_t unit_begin, int64_t unit_end, int thread_index) const {
+  const int64_t begin = unit_begin * job_grain_;
+  const int64_t end = std::min(job_n_, unit_end * job_grain_);
+  (*job_)(begin, end, thread_index);
+}
+
 void ThreadPool::run_chunks(int thread_index) {
-  const int64_t divisor = kGuidedDivisor * n_threads_;
-  int64_t unit = next_unit_.load(std::memory_order_relaxed);
+  // Own range, from the front.
+  std::atomic<uint64_t>& own = ranges_[static_cast<size_t>(thread_index)].packed;
+  uint64_t v = own.load(std::memory_order_relaxed);
   for (;;) {
-    if (unit >= job_units_) return;
-    const int64_t take = std::max<int64_t>(1, (job_units_ - unit) / divisor);
-    if (!next_unit_.compare_exchange_weak(unit, unit + take, std::memory_order_relaxed)) continue;
-    const int64_t begin = unit * job_grain_;
-    const int64_t end = std::min(job_n_, (unit + take) * job_grain_);
-    (*job_)(begin, end, thread_index);
-    unit = next_unit_.load(std::memory_order_relaxed);
+    const uint64_t begin = v >> 32, end = v & 0xffffffffu;
+    if (begin >= end) break;
+    const uint64_t take = std::max<uint64_t>(1, (end - begin) / kOwnDivisor);
+    if (!own.compare_exchange_weak(v, pack(begin + take, end), std::memory_order_relaxed)) continue;
+    run_units(static_cast<int64_t>(begin), static_cast<int64_t>(begin + take), thread_index);
+    v = own.load(std::memory_order_relaxed);
+  }
+  // Then the others', from the back. Ranges only shrink, so once each is seen empty the job has
+  // no units left to hand out.
+  for (int k = 1; k < n_threads_; ++k) {
+    std::atomic<uint64_t>& other =
+        ranges_[static_cast<size_t>((thread_index + k) % n_threads_)].packed;
+    uint64_t w = other.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t begin = w >> 32, end = w & 0xffffffffu;
+      if (begin >= end) break;
+      const uint64_t take = std::max<uint64_t>(1, (end - begin) / 2);
+      if (!other.compare_exchange_weak(w, pack(begin, end - take), std::memory_order_relaxed)) {
+        continue;
+      }
+      run_units(static_cast<int64_t>(end - take), static_cast<int64_t>(end), thread_index);
+      w = other.load(std::memory_order_relaxed);
+    }
   }
 }
 
