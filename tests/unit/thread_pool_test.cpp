@@ -31,9 +31,9 @@ TEST(ThreadPool, EveryIndexRunsExactlyOnceAcrossManyJobs) {
 }
 
 TEST(ThreadPool, ChunksShrinkToOneGrainAsTheJobDrains) {
-  // Guided chunks: each takes 1 / (2 * threads) of what is left, so none exceeds a quarter of the
-  // job with 2 threads and the last ones are single grains (a slow thread holds the others back by
-  // at most one grain at the end).
+  // Each thread owns half of a 2-thread job and takes a quarter of what is left of it per grab; a
+  // thief takes half of another's remainder. So no chunk exceeds a quarter of the job, and the last
+  // ones are single grains (a slow thread holds the others back by at most one grain at the end).
   ThreadPool pool(2);
   for (int64_t grain : {1, 24}) {
     const int64_t n = 1000 * grain;
@@ -50,6 +50,41 @@ TEST(ThreadPool, ChunksShrinkToOneGrainAsTheJobDrains) {
     EXPECT_LE(*std::max_element(sizes.begin(), sizes.end()), n / 4);
     EXPECT_EQ(*std::min_element(sizes.begin(), sizes.end()), grain);
     EXPECT_LT(sizes.size(), 40u) << "few grabs of the shared counter";
+  }
+}
+
+// The calling thread owns the first range: whatever it takes of it, it takes from unit 0 on in
+// adjacent pieces (one address-ordered stream over a matrix's rows), whatever the other threads do
+// meanwhile (they may steal from the back of it, or all of it if the caller starts late).
+TEST(ThreadPool, EachThreadWalksItsOwnRangeInOrder) {
+  ThreadPool pool(3);
+  const int64_t n = 3000, grain = 8;
+  for (int rep = 0; rep < 20; ++rep) {
+    std::mutex mutex;
+    std::vector<std::pair<int64_t, int64_t>> caller;  // thread 0's chunks, in the order it ran them
+    std::atomic<int64_t> covered{0};
+    pool.parallel_for(
+        n,
+        [&](int64_t b, int64_t e, int thread) {
+          volatile double sink = 0;
+          for (int64_t i = b * 20; i < e * 20; ++i) sink = sink + static_cast<double>(i);  // work
+          covered += e - b;
+          if (thread != 0) return;
+          std::lock_guard<std::mutex> lock(mutex);
+          caller.emplace_back(b, e);
+        },
+        grain);
+    ASSERT_EQ(covered.load(), n);
+    const int64_t own_end = (n / grain) / 3 * grain;  // range 0 of 375 units: [0, 125) units
+    std::vector<std::pair<int64_t, int64_t>> own;     // its pieces of its own range
+    for (const auto& piece : caller) {
+      if (piece.first < own_end) own.push_back(piece);
+    }
+    if (own.empty()) continue;  // the workers took all of it before the caller got there
+    EXPECT_EQ(own[0].first, 0) << "rep " << rep;
+    for (size_t i = 1; i < own.size(); ++i) {
+      EXPECT_EQ(own[i].first, own[i - 1].second) << "piece " << i << " rep " << rep;
+    }
   }
 }
 
