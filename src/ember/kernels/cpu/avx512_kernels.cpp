@@ -11,6 +11,15 @@
 #include "ember/kernels/cpu/kernels_isa.h"
 
 namespace ember::cpu::avx512 {
+namespace {
+
+// f32/f16 weights below kGemmMinTokens run the row-ordered decode kernel, on x as it is (which is
+// also their prepared layout, [T, K]).
+bool runs_float_gemv(const WeightMatrix& w, int64_t T) {
+  return (w.dtype == DType::F32 || w.dtype == DType::F16) && T < kGemmMinTokens;
+}
+
+}  // namespace
 
 int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K) {
   if (dtype == DType::BF16) return bf16_prepared_floats(T, K);
@@ -27,11 +36,7 @@ void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y
                      int64_t row_begin, int64_t row_end) {
   if (w.dtype == DType::BF16) return bf16_matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
   if (uses_8bit_activations(w, T)) return avx512::matmul(xp, T, w, y, ldy, row_begin, row_end);
-  // f32/f16 below kGemmMinTokens: the prepared layout is x itself ([T, K]).
-  if ((w.dtype == DType::F32 || w.dtype == DType::F16) && T < kGemmMinTokens) {
-    if (row_begin < row_end) float_gemv(xp, T, w, y, ldy, row_begin, row_end);
-    return;
-  }
+  if (runs_float_gemv(w, T)) return float_gemv(xp, T, w, y, ldy, row_begin, row_end);
   avx2::matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
 }
 
@@ -45,10 +50,7 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t 
     avx512::matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);
     return;
   }
-  if ((w.dtype == DType::F32 || w.dtype == DType::F16) && T < kGemmMinTokens) {
-    if (row_begin < row_end) float_gemv(x, T, w, y, ldy, row_begin, row_end);
-    return;
-  }
+  if (runs_float_gemv(w, T)) return float_gemv(x, T, w, y, ldy, row_begin, row_end);
   if (w.dtype != DType::BF16) return avx2::matmul(x, T, w, y, ldy, row_begin, row_end);
   // One-off callers; the forward pass prepares once per input (matmul_prepared).
   thread_local AlignedVector<float> prepared;
