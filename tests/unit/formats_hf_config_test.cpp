@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "ember/core/error.h"
@@ -219,6 +220,31 @@ TEST(HfConfigErrors, InvalidJsonAndMissingFile) {
   EXPECT_EQ(load_hf_config((dir / "config.json").string()).d_model, 256);
   msg = error_message([&] { load_hf_config(dir.string()); });  // a directory, not a file
   EXPECT_EQ(msg.rfind(dir.string(), 0), 0u) << msg;
+}
+
+TEST(HfConfigErrors, KindsSayMissingUnsupportedOrMalformed) {
+  auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e;
+    }
+    ADD_FAILURE() << "no error";
+    return Error("no error");
+  };
+  Error missing = error_of([] { load_hf_config("/nonexistent/config.json"); });
+  EXPECT_EQ(missing.kind(), ErrorKind::NotFound);
+  EXPECT_EQ(missing.file(), "/nonexistent/config.json");
+
+  nlohmann::json j = base_config();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  Error arch = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
+  EXPECT_EQ(arch.kind(), ErrorKind::Unsupported);
+  EXPECT_EQ(arch.file(), "cfg/config.json");
+
+  Error json = error_of([] { parse_hf_config("{\"hidden_size\": ", "x/config.json"); });
+  EXPECT_EQ(json.kind(), ErrorKind::InvalidFile);
 }
 
 }  // namespace

@@ -72,9 +72,10 @@ class Reader {
 
   void need(uint64_t n, const std::string& what) const {
     if (n > remaining()) {
-      throw Error(file_.path() + ": truncated file: " + what + " needs " + std::to_string(n) +
-                  " bytes at offset " + std::to_string(pos_) + " but only " +
-                  std::to_string(remaining()) + " remain");
+      throw Error::in_file(ErrorKind::InvalidFile, file_.path(),
+                           "truncated file: " + what + " needs " + std::to_string(n) +
+                               " bytes at offset " + std::to_string(pos_) + " but only " +
+                               std::to_string(remaining()) + " remain");
     }
   }
 
@@ -138,7 +139,8 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, const st
     case GgufType::Bool: {
       uint8_t b = r.read<uint8_t>(what);
       if (b > 1) {
-        throw Error(path + ": " + what + " is a bool with invalid value " + std::to_string(b));
+        throw Error::in_file(ErrorKind::InvalidFile, path,
+                             what + " is a bool with invalid value " + std::to_string(b));
       }
       v.uint_value = b;
       break;
@@ -148,20 +150,23 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, const st
       break;
     case GgufType::Array: {
       if (depth >= kMaxArrayDepth) {
-        throw Error(path + ": " + what + " nests arrays more than " +
-                    std::to_string(kMaxArrayDepth) + " deep");
+        throw Error::in_file(
+            ErrorKind::InvalidFile, path,
+            what + " nests arrays more than " + std::to_string(kMaxArrayDepth) + " deep");
       }
       uint32_t elem = r.read<uint32_t>(what + " (array element type)");
       if (!valid_value_type(elem)) {
-        throw Error(path + ": " + what + " has unknown array element type " + std::to_string(elem));
+        throw Error::in_file(ErrorKind::InvalidFile, path,
+                             what + " has unknown array element type " + std::to_string(elem));
       }
       v.array_type = static_cast<GgufType>(elem);
       uint64_t count = r.read<uint64_t>(what + " (array length)");
       uint64_t min_size = min_encoded_size(v.array_type);
       if (count > r.remaining() / min_size) {
-        throw Error(path + ": truncated file: " + what + " claims " + std::to_string(count) +
-                    " elements of type " + gguf_type_name(v.array_type) + " but only " +
-                    std::to_string(r.remaining()) + " bytes remain");
+        throw Error::in_file(ErrorKind::InvalidFile, path,
+                             "truncated file: " + what + " claims " + std::to_string(count) +
+                                 " elements of type " + gguf_type_name(v.array_type) +
+                                 " but only " + std::to_string(r.remaining()) + " bytes remain");
       }
       v.array.reserve(static_cast<size_t>(count));
       for (uint64_t i = 0; i < count; ++i) {
@@ -372,14 +377,15 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
 
   r.need(4, "magic");
   if (std::memcmp(file.data(), "GGUF", 4) != 0) {
-    throw Error(path + ": not a GGUF file (bad magic)");
+    throw Error::in_file(ErrorKind::InvalidFile, path, "not a GGUF file (bad magic)");
   }
   r.read<uint32_t>("magic");
   version_ = r.read<uint32_t>("version");
   if (version_ != 2 && version_ != 3) {
     // v1 used u32 counts and lengths, so its layout differs; later versions are unknown.
-    throw Error(path + ": unsupported GGUF version " + std::to_string(version_) +
-                " (only versions 2 and 3 are supported)");
+    throw Error::in_file(ErrorKind::Unsupported, path,
+                         "unsupported GGUF version " + std::to_string(version_) +
+                             " (only versions 2 and 3 are supported)");
   }
   uint64_t tensor_count = r.read<uint64_t>("tensor count");
   uint64_t kv_count = r.read<uint64_t>("metadata count");
@@ -387,8 +393,9 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
   // Each kv is at least key length (8) + type (4) + a 1-byte value; each tensor info at least
   // name length (8) + n_dims (4) + one ne (8) + type (4) + offset (8).
   if (kv_count > r.remaining() / 13) {
-    throw Error(path + ": metadata count " + std::to_string(kv_count) +
-                " is larger than the file can hold (corrupt or truncated file)");
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "metadata count " + std::to_string(kv_count) +
+                             " is larger than the file can hold (corrupt or truncated file)");
   }
   metadata_.reserve(static_cast<size_t>(kv_count));
   std::unordered_set<std::string> keys;  // a crafted file may hold many keys: no quadratic scan
@@ -398,25 +405,30 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
     std::string what = "value of key '" + key + "'";
     uint32_t type = r.read<uint32_t>("type of key '" + key + "'");
     if (!valid_value_type(type)) {
-      throw Error(path + ": metadata key '" + key + "' has unknown value type " +
-                  std::to_string(type));
+      throw Error::in_file(
+          ErrorKind::InvalidFile, path,
+          "metadata key '" + key + "' has unknown value type " + std::to_string(type));
     }
-    if (!keys.insert(key).second) throw Error(path + ": duplicate metadata key '" + key + "'");
+    if (!keys.insert(key).second) {
+      throw Error::in_file(ErrorKind::InvalidFile, path, "duplicate metadata key '" + key + "'");
+    }
     metadata_.emplace_back(key, read_value(r, static_cast<GgufType>(type), path, what, 0));
   }
 
   if (const GgufValue* a = find("general.alignment")) {
     std::optional<int64_t> v = a->as_int();
     if (!a->is_integer() || !v || *v <= 0 || (*v & (*v - 1)) != 0) {
-      throw Error(path + ": general.alignment must be a positive power of two (got " +
-                  a->to_display() + ")");
+      throw Error::in_file(
+          ErrorKind::InvalidFile, path,
+          "general.alignment must be a positive power of two (got " + a->to_display() + ")");
     }
     alignment_ = static_cast<uint64_t>(*v);
   }
 
   if (tensor_count > r.remaining() / 32) {
-    throw Error(path + ": tensor count " + std::to_string(tensor_count) +
-                " is larger than the file can hold (corrupt or truncated file)");
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "tensor count " + std::to_string(tensor_count) +
+                             " is larger than the file can hold (corrupt or truncated file)");
   }
   tensors_.reserve(static_cast<size_t>(tensor_count));
   std::vector<uint64_t> relative_offsets;
@@ -427,14 +439,16 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
     const std::string t = "tensor " + info.name;
     uint32_t n_dims = r.read<uint32_t>("dimension count of " + t);
     if (n_dims == 0 || n_dims > kMaxDims) {
-      throw Error(path + ": " + t + " has " + std::to_string(n_dims) +
-                  " dimensions (expected 1 to " + std::to_string(kMaxDims) + ")");
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             t + " has " + std::to_string(n_dims) + " dimensions (expected 1 to " +
+                                 std::to_string(kMaxDims) + ")");
     }
     std::array<int64_t, kMaxDims> ne{};
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t n = r.read<uint64_t>("dimensions of " + t);
       if (n == 0 || n > static_cast<uint64_t>(INT64_MAX)) {
-        throw Error(path + ": " + t + " has invalid dimension " + std::to_string(n));
+        throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                               t + " has invalid dimension " + std::to_string(n));
       }
       ne[d] = static_cast<int64_t>(n);
     }
@@ -443,9 +457,10 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
 
     std::optional<DType> dtype = dtype_for_ggml(info.ggml_type);
     if (!dtype) {
-      throw Error(path + ": unsupported tensor type " + ggml_type_name(info.ggml_type) +
-                  " for tensor " + info.name +
-                  " (ember reads F32, F16, BF16, Q8_0 and Q4_0 GGUF tensors)");
+      throw Error::in_tensor(ErrorKind::Unsupported, path, info.name,
+                             "unsupported tensor type " + ggml_type_name(info.ggml_type) +
+                                 " for tensor " + info.name +
+                                 " (ember reads F32, F16, BF16, Q8_0 and Q4_0 GGUF tensors)");
     }
     info.dtype = *dtype;
     // ne[0] is the innermost (contiguous) dimension; ember shapes are outermost first.
@@ -453,25 +468,30 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
 
     int64_t block = dtype_block_elems(info.dtype);
     if (ne[0] % block != 0) {
-      throw Error(path + ": " + t + " has inner dimension " + std::to_string(ne[0]) +
-                  ", not a multiple of the " + dtype_name(info.dtype) + " block size " +
-                  std::to_string(block));
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             t + " has inner dimension " + std::to_string(ne[0]) +
+                                 ", not a multiple of the " + dtype_name(info.dtype) +
+                                 " block size " + std::to_string(block));
     }
     std::optional<int64_t> blocks = ne[0] / block;
     for (uint32_t d = 1; d < n_dims && blocks; ++d) blocks = checked_mul(*blocks, ne[d]);
     std::optional<int64_t> bytes =
         blocks ? checked_mul(*blocks, dtype_block_bytes(info.dtype)) : std::nullopt;
     if (!bytes || static_cast<uint64_t>(*bytes) > file.size()) {
-      throw Error(path + ": " + t + " with shape " + shape_to_string(info.shape) +
-                  " is larger than the file");
+      throw Error::in_tensor(
+          ErrorKind::InvalidFile, path, info.name,
+          t + " with shape " + shape_to_string(info.shape) + " is larger than the file");
     }
     info.nbytes = static_cast<uint64_t>(*bytes);
     if (rel_offset % alignment_ != 0) {
-      throw Error(path + ": " + t + " data offset " + std::to_string(rel_offset) +
-                  " is not a multiple of the alignment " + std::to_string(alignment_));
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             t + " data offset " + std::to_string(rel_offset) +
+                                 " is not a multiple of the alignment " +
+                                 std::to_string(alignment_));
     }
     if (!tensor_index_.emplace(info.name, tensors_.size()).second) {
-      throw Error(path + ": duplicate tensor name " + info.name);
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             "duplicate tensor name " + info.name);
     }
     relative_offsets.push_back(rel_offset);
     tensors_.push_back(std::move(info));
@@ -484,10 +504,11 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
     uint64_t rel = relative_offsets[i];
     if (data_start > file.size() || rel > file.size() - data_start ||
         info.nbytes > file.size() - data_start - rel) {
-      throw Error(path + ": data of tensor " + info.name + " (" + std::to_string(info.nbytes) +
-                  " bytes at data offset " + std::to_string(rel) +
-                  ") lies past the end of the file (" + std::to_string(file.size()) +
-                  " bytes; truncated or corrupt file)");
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             "data of tensor " + info.name + " (" + std::to_string(info.nbytes) +
+                                 " bytes at data offset " + std::to_string(rel) +
+                                 ") lies past the end of the file (" + std::to_string(file.size()) +
+                                 " bytes; truncated or corrupt file)");
     }
     info.offset = data_start + rel;
   }
@@ -504,14 +525,17 @@ namespace {
 
 const GgufValue& require_key(const GgufFile& f, const std::string& key) {
   const GgufValue* v = f.find(key);
-  if (v == nullptr) throw Error(f.path() + ": metadata key '" + key + "' is missing");
+  if (v == nullptr) {
+    throw Error::in_file(ErrorKind::InvalidFile, f.path(), "metadata key '" + key + "' is missing");
+  }
   return *v;
 }
 
 [[noreturn]] void wrong_type(const GgufFile& f, const std::string& key, const GgufValue& v,
                              const char* expected) {
-  throw Error(f.path() + ": metadata key '" + key + "' has type " + gguf_type_name(v.type) +
-              ", expected " + expected);
+  throw Error::in_file(
+      ErrorKind::InvalidFile, f.path(),
+      "metadata key '" + key + "' has type " + gguf_type_name(v.type) + ", expected " + expected);
 }
 
 }  // namespace

@@ -55,13 +55,16 @@ class Fields {
 
   const Json& require(const char* key) const {
     const Json* j = get(key);
-    if (j == nullptr) throw Error(source_ + ": missing field '" + name(key) + "'");
+    if (j == nullptr) {
+      throw Error::in_file(ErrorKind::InvalidFile, source_, "missing field '" + name(key) + "'");
+    }
     return *j;
   }
 
   [[noreturn]] void wrong_type(const char* key, const Json& j, const char* expected) const {
-    throw Error(source_ + ": field '" + name(key) + "' must be " + expected + " (got " +
-                json_kind(j) + ")");
+    throw Error::in_file(
+        ErrorKind::InvalidFile, source_,
+        "field '" + name(key) + "' must be " + expected + " (got " + json_kind(j) + ")");
   }
 
   int64_t to_int(const char* key, const Json& j) const {
@@ -112,8 +115,9 @@ class Fields {
     }
     int64_t id = to_int(key, *v);
     if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-      throw Error(source_ + ": field '" + name(key) + "' is out of range (" + std::to_string(id) +
-                  ")");
+      throw Error::in_file(
+          ErrorKind::InvalidFile, source_,
+          "field '" + name(key) + "' is out of range (" + std::to_string(id) + ")");
     }
     return static_cast<int32_t>(id);
   }
@@ -144,8 +148,9 @@ std::string architecture_of(const Fields& f, const std::string& source) {
   }
   if (arch == "Qwen2ForCausalLM" || model_type == "qwen2") return "qwen2";
   if (arch.empty() && model_type.empty()) return "llama";
-  throw Error(source + ": unsupported architecture '" + (arch.empty() ? model_type : arch) +
-              "' (ember runs LlamaForCausalLM and Qwen2ForCausalLM)");
+  throw Error::in_file(ErrorKind::Unsupported, source,
+                       "unsupported architecture '" + (arch.empty() ? model_type : arch) +
+                           "' (ember runs LlamaForCausalLM and Qwen2ForCausalLM)");
 }
 
 void parse_rope_scaling(const Fields& f, const std::string& source, ModelConfig& config) {
@@ -156,11 +161,14 @@ void parse_rope_scaling(const Fields& f, const std::string& source, ModelConfig&
   // Newer configs say "rope_type", older ones "type".
   std::optional<std::string> type = s.string_opt("rope_type");
   if (!type) type = s.string_opt("type");
-  if (!type) throw Error(source + ": missing field 'rope_scaling.rope_type'");
+  if (!type) {
+    throw Error::in_file(ErrorKind::InvalidFile, source, "missing field 'rope_scaling.rope_type'");
+  }
   if (*type == "default") return;
   if (*type != "llama3") {
-    throw Error(source + ": unsupported rope_scaling type '" + *type +
-                "' (ember supports llama3 rope scaling only)");
+    throw Error::in_file(
+        ErrorKind::Unsupported, source,
+        "unsupported rope_scaling type '" + *type + "' (ember supports llama3 rope scaling only)");
   }
   config.rope_scaling = RopeScaling::Llama3;
   config.rope_factor = static_cast<float>(s.required_number("factor"));
@@ -170,7 +178,7 @@ void parse_rope_scaling(const Fields& f, const std::string& source, ModelConfig&
   if (!(config.rope_factor > 0.0f) ||
       !(config.rope_high_freq_factor > config.rope_low_freq_factor) ||
       config.rope_original_max_position <= 0) {
-    throw Error(source + ": invalid llama3 rope_scaling parameters");
+    throw Error::in_file(ErrorKind::InvalidFile, source, "invalid llama3 rope_scaling parameters");
   }
 }
 
@@ -181,9 +189,11 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
   try {
     root = Json::parse(json_text);
   } catch (const Json::exception& e) {
-    throw Error(source + ": invalid JSON: " + e.what());
+    throw Error::in_file(ErrorKind::InvalidFile, source, std::string("invalid JSON: ") + e.what());
   }
-  if (!root.is_object()) throw Error(source + ": config is not a JSON object");
+  if (!root.is_object()) {
+    throw Error::in_file(ErrorKind::InvalidFile, source, "config is not a JSON object");
+  }
   Fields f(root, source);
 
   ModelConfig c;
@@ -200,9 +210,10 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     c.head_dim = f.to_int("head_dim", *hd);
   } else {
     if (c.n_heads <= 0 || c.d_model % c.n_heads != 0) {
-      throw Error(source + ": hidden_size (" + std::to_string(c.d_model) +
-                  ") is not a multiple of num_attention_heads (" + std::to_string(c.n_heads) +
-                  ") and head_dim is not given");
+      throw Error::in_file(ErrorKind::InvalidFile, source,
+                           "hidden_size (" + std::to_string(c.d_model) +
+                               ") is not a multiple of num_attention_heads (" +
+                               std::to_string(c.n_heads) + ") and head_dim is not given");
     }
     c.head_dim = c.d_model / c.n_heads;
   }
@@ -224,13 +235,18 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
 ModelConfig load_hf_config(const std::string& config_json_path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(config_json_path, ec)) {
-    throw Error(config_json_path + ": config file not found (or not a regular file)");
+    throw Error::in_file(ErrorKind::NotFound, config_json_path,
+                         "config file not found (or not a regular file)");
   }
   std::ifstream in(config_json_path, std::ios::binary);
-  if (!in) throw Error(config_json_path + ": cannot open config file");
+  if (!in) {
+    throw Error::in_file(ErrorKind::NotFound, config_json_path, "cannot open config file");
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw Error(config_json_path + ": cannot read config file");
+  if (in.bad()) {
+    throw Error::in_file(ErrorKind::InvalidFile, config_json_path, "cannot read config file");
+  }
   return parse_hf_config(ss.str(), config_json_path);
 }
 

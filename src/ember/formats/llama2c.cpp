@@ -43,10 +43,11 @@ class Cursor {
     uint64_t bytes;
     if (__builtin_mul_overflow(n, uint64_t{4}, &bytes)) overflow(what);
     if (offset_ > file_.size() || bytes > file_.size() - offset_) {
-      throw Error(file_.path() + ": file is too short for " + what + ": needs bytes [" +
-                  std::to_string(offset_) + ", " + std::to_string(offset_ + bytes) +
-                  ") but the file has " + std::to_string(file_.size()) +
-                  " (truncated file or header does not match the weights)");
+      throw Error::in_file(ErrorKind::InvalidFile, file_.path(),
+                           "file is too short for " + what + ": needs bytes [" +
+                               std::to_string(offset_) + ", " + std::to_string(offset_ + bytes) +
+                               ") but the file has " + std::to_string(file_.size()) +
+                               " (truncated file or header does not match the weights)");
     }
     uint64_t at = offset_;
     offset_ += bytes;
@@ -55,7 +56,8 @@ class Cursor {
 
  private:
   [[noreturn]] void overflow(const std::string& what) const {
-    throw Error(file_.path() + ": header sizes make " + what + " impossibly large");
+    throw Error::in_file(ErrorKind::InvalidFile, file_.path(),
+                         "header sizes make " + what + " impossibly large");
   }
 
   const MappedFile& file_;
@@ -69,14 +71,16 @@ Llama2cCheckpoint load_llama2c_checkpoint(const std::string& path) {
   ckpt.mapping = std::make_shared<MappedFile>(path);
   const MappedFile& file = *ckpt.mapping;
   if (file.size() < kHeaderBytes) {
-    throw Error(path + ": truncated file: " + std::to_string(file.size()) +
-                " bytes is too short for a llama2.c header (28 bytes)");
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "truncated file: " + std::to_string(file.size()) +
+                             " bytes is too short for a llama2.c header (28 bytes)");
   }
   int32_t h[7];
   std::memcpy(h, file.data(), sizeof(h));
   if (static_cast<uint32_t>(h[0]) == kExportMagic) {
-    throw Error(path + ": llama2.c export version " + std::to_string(h[1]) +
-                " is not supported (only the legacy version 0 .bin format)");
+    throw Error::in_file(ErrorKind::Unsupported, path,
+                         "llama2.c export version " + std::to_string(h[1]) +
+                             " is not supported (only the legacy version 0 .bin format)");
   }
   const int64_t dim = h[0], hidden = h[1], n_layers = h[2], n_heads = h[3], n_kv_heads = h[4];
   const int64_t vocab_signed = h[5], seq_len = h[6];
@@ -85,12 +89,15 @@ Llama2cCheckpoint load_llama2c_checkpoint(const std::string& path) {
   for (int i = 0; i < 7; ++i) {
     bool ok = i == 5 ? h[i] != 0 && h[i] != INT32_MIN : h[i] > 0;
     if (!ok) {
-      throw Error(path + ": invalid llama2.c header: " + names[i] + " = " + std::to_string(h[i]));
+      throw Error::in_file(
+          ErrorKind::InvalidFile, path,
+          std::string("invalid llama2.c header: ") + names[i] + " = " + std::to_string(h[i]));
     }
   }
   if (dim % n_heads != 0) {
-    throw Error(path + ": invalid llama2.c header: dim " + std::to_string(dim) +
-                " is not a multiple of n_heads " + std::to_string(n_heads));
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "invalid llama2.c header: dim " + std::to_string(dim) +
+                             " is not a multiple of n_heads " + std::to_string(n_heads));
   }
 
   ModelConfig& c = ckpt.config;
