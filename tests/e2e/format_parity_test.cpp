@@ -7,9 +7,9 @@
 #include <cmath>
 #include <fstream>
 
-#include "ember/engine/engine.h"
 #include "ember/model/model_loader.h"
 #include "test_util.h"
+#include "unit/engine/step_engine.h"
 #include "unit/kernels_test_util.h"
 
 namespace ember {
@@ -23,7 +23,7 @@ std::vector<float> all_logits(const std::string& path, const std::vector<int32_t
   LoadedModel m = load_model(o);
   EngineOptions eo;
   eo.max_context = 64;
-  Engine engine(m.weights, eo);
+  test::StepEngine engine(m.weights, eo);
   Sequence seq;
   auto z = engine.feed(seq, ids, true);
   std::vector<float> out(z.begin(), z.end());

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "ember/engine/engine.h"
 #include "ember/model/model_loader.h"
 #include "test_util.h"
+#include "unit/engine/step_engine.h"
 
 namespace ember {
 namespace {
@@ -41,7 +41,7 @@ void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int3
   eo.max_context = 256;
   eo.block_size = block_size;
   eo.max_sequences = 2;
-  Engine engine(w, eo);
+  test::StepEngine engine(w, eo);
 
   Sequence full;
   std::span<const float> all = engine.feed(full, tokens, /*all_logits=*/true);
@@ -63,8 +63,8 @@ void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int3
   Sequence other;
   for (size_t t = h; t < tokens.size(); ++t) {
     int32_t other_token = static_cast<int32_t>((t * 7) % V);
-    FeedRequest reqs[2] = {{&other, std::span<const int32_t>(&other_token, 1), false},
-                           {&half, std::span<const int32_t>(&tokens[t], 1), false}};
+    test::FeedRequest reqs[2] = {{&other, std::span<const int32_t>(&other_token, 1), false},
+                                 {&half, std::span<const int32_t>(&tokens[t], 1), false}};
     std::span<const float> rows = engine.feed(reqs);
     ASSERT_EQ(rows.size(), 2 * static_cast<size_t>(V));
     EXPECT_LE(max_rel_diff(rows.data() + V, prefill.data() + t * V, V), tolerance)
@@ -150,7 +150,7 @@ TEST(ForwardKv, PrefixCachedBlocksGiveTheSameLogitsAsRecompute) {
   eo.max_sequences = 3;
   eo.block_size = 8;
   eo.prefix_caching = true;
-  Engine engine(m.weights, eo);
+  test::StepEngine engine(m.weights, eo);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 45; ++i) prompt.push_back(1 + (i * 29) % 500);
   const int64_t V = m.weights.config.vocab_size;
@@ -192,7 +192,7 @@ TEST(ForwardKv, QuantizedWeightsStayCloseToF32OnStories260K) {
     LoadedModel m = load_model(o);
     EngineOptions eo;
     eo.kv_dtype = kv_dtype;
-    Engine engine(m.weights, eo);
+    test::StepEngine engine(m.weights, eo);
     Sequence seq;
     auto z = engine.feed(seq, tokens, true);
     const int64_t V = m.weights.config.vocab_size;
@@ -234,7 +234,7 @@ TEST(ForwardKv, PrefillLogitsDoNotDependOnThreadCount) {
       for (int threads = 1; threads <= 3; ++threads) {
         o.backend.n_threads = threads;  // threads belong to the backend, chosen at load
         LoadedModel m = load_model(o);
-        Engine engine(m.weights, EngineOptions{});
+        test::StepEngine engine(m.weights, EngineOptions{});
         Sequence seq;
         auto z = engine.feed(seq, tokens, /*all_logits=*/true);
         logits[threads - 1].assign(z.begin(), z.end());
@@ -267,7 +267,7 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
       for (int i = 0; i < 70; ++i) tokens.push_back((i * 41 + 3) % 300);
       EngineOptions eo;
       eo.kv_dtype = kv_dtype;
-      Engine engine(m.weights, eo);
+      test::StepEngine engine(m.weights, eo);
       const auto V = static_cast<size_t>(m.weights.config.vocab_size);
       Sequence whole, stepwise, other;
       auto z = engine.feed(whole, tokens, /*all_logits=*/true);
@@ -279,8 +279,8 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
         if (t % 2 == 0) {
           row = engine.feed(stepwise, std::span<const int32_t>(&tokens[t], 1));
         } else {
-          FeedRequest reqs[2] = {{&other, std::span<const int32_t>(&other_token, 1), false},
-                                 {&stepwise, std::span<const int32_t>(&tokens[t], 1), false}};
+          test::FeedRequest reqs[2] = {{&other, std::span<const int32_t>(&other_token, 1), false},
+                                       {&stepwise, std::span<const int32_t>(&tokens[t], 1), false}};
           row = engine.feed(reqs).subspan(V);
         }
         ASSERT_EQ(std::memcmp(row.data(), prefill.data() + t * V, V * sizeof(float)), 0)
@@ -318,7 +318,7 @@ TEST(ForwardKv, CopiedWeightsGiveTheSameLogitsAsMappedOnes) {
     }
     EXPECT_EQ(in_file(m.weights.embed), mapped == 1);
     EXPECT_GT(m.weights.backend->info().weight_bytes_owned, 0);  // norm vectors are always copied
-    Engine engine(m.weights, EngineOptions{});
+    test::StepEngine engine(m.weights, EngineOptions{});
     Sequence seq;
     auto z = engine.feed(seq, tokens, /*all_logits=*/true);
     logits[mapped].assign(z.begin(), z.end());
@@ -351,7 +351,7 @@ TEST(ForwardKv, InterleavedQuantizedWeightsMatchTheFileLayout) {
       ASSERT_EQ(m.weights.layers[0].wq.layout,
                 interleave == 1 ? WeightLayout::Interleaved8 : WeightLayout::Rows);
       EngineOptions eo;
-      Engine engine(m.weights, eo);
+      test::StepEngine engine(m.weights, eo);
       Sequence whole, stepwise;
       auto z = engine.feed(whole, tokens, /*all_logits=*/true);
       prefill[interleave].assign(z.begin(), z.end());

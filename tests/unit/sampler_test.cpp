@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "ember/engine/sampler.h"
+#include "ember/engine/sampling/sampler.h"
 
 namespace ember {
 namespace {

@@ -50,8 +50,8 @@ TEST(ServerOpenAIApi, ParsesEveryCompletionField) {
   EXPECT_EQ(r.generation.stop, std::vector<std::string>{"a"});
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
-  EXPECT_FLOAT_EQ(r.generation.presence_penalty, 0.5f);
-  EXPECT_FLOAT_EQ(r.generation.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.generation.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.generation.sampling.frequency_penalty, -0.5f);
   EXPECT_EQ(r.generation.logprobs, 3);
   EXPECT_TRUE(r.generation.ignore_eos);
 

@@ -13,8 +13,7 @@
 #include "ember/core/bandwidth_probe.h"
 #include "ember/core/error.h"
 #include "ember/core/huge_pages.h"
-#include "ember/engine/engine.h"
-#include "ember/engine/sampler.h"
+#include "ember/engine/llm_engine.h"
 
 namespace ember::cli {
 
@@ -52,48 +51,52 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One prefill of `n` random tokens; returns seconds.
-double time_prefill(Engine& engine, int64_t n, std::mt19937& rng) {
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(engine.vocab_size() - 1));
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   for (auto& t : tokens) t = pick(rng);
-  Sequence seq;
-  double start = now_seconds();
-  engine.feed(seq, tokens);
-  double elapsed = now_seconds() - start;
-  engine.release(seq);
+  return tokens;
+}
+
+// A greedy request that never stops early: exactly max_tokens tokens.
+GenerationRequest bench_request(std::vector<int32_t> prompt, int64_t max_tokens) {
+  GenerationRequest req;
+  req.prompt = std::move(prompt);
+  req.sampling.temperature = 0;
+  req.ignore_eos = true;
+  req.max_tokens = max_tokens;
+  return req;
+}
+
+// Steps until the engine is idle (every request finished).
+void drain(LLMEngine& engine) {
+  while (engine.step()) {
+  }
+}
+
+// One prefill of `n` random tokens, the first step of a one-token request; returns seconds.
+double time_prefill(LLMEngine& engine, int64_t n, std::mt19937& rng) {
+  engine.add_request(bench_request(random_tokens(n, engine.vocab_size(), rng), 1));
+  const double start = now_seconds();
+  engine.step();
+  const double elapsed = now_seconds() - start;
+  drain(engine);
   return elapsed;
 }
 
-// B sequences, each started from a `context`-token prompt (prefilled together, untimed), then n
-// decode steps of B tokens (greedy); seconds.
-double time_decode(Engine& engine, int64_t batch, int64_t n, int64_t context, std::mt19937& rng) {
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(engine.vocab_size() - 1));
-  std::vector<Sequence> seqs(static_cast<size_t>(batch));
-  std::vector<int32_t> next(static_cast<size_t>(batch));
-  for (auto& t : next) t = pick(rng);
-  std::vector<FeedRequest> requests(static_cast<size_t>(batch));
-  const int64_t V = engine.vocab_size();
-  if (context > 0) {
-    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t i = 0; i < context; ++i) prompts[b].push_back(pick(rng));
-      requests[b] = {&seqs[b], prompts[b], false, false};
-    }
-    engine.feed(requests);
+// B sequences, each started from a max(context, 1)-token prompt (prefilled together with their
+// first token sampled, untimed), then n decode steps of B tokens (greedy); seconds.
+double time_decode(LLMEngine& engine, int64_t batch, int64_t n, int64_t context,
+                   std::mt19937& rng) {
+  for (int64_t b = 0; b < batch; ++b) {
+    engine.add_request(bench_request(
+        random_tokens(std::max<int64_t>(context, 1), engine.vocab_size(), rng), n + 1));
   }
-  auto step = [&] {
-    for (int64_t b = 0; b < batch; ++b) {
-      requests[b] = {&seqs[b], std::span<const int32_t>(&next[b], 1), false};
-    }
-    std::span<const float> logits = engine.feed(requests);
-    for (int64_t b = 0; b < batch; ++b) next[b] = argmax(logits.subspan(b * V, V));
-  };
-  step();  // each sequence's first token: not timed, it only opens the context
-  double start = now_seconds();
-  for (int64_t i = 0; i < n; ++i) step();
-  double elapsed = now_seconds() - start;
-  for (auto& s : seqs) engine.release(s);
+  engine.step();  // the prompts, and each sequence's first token
+  const double start = now_seconds();
+  for (int64_t i = 0; i < n; ++i) engine.step();
+  const double elapsed = now_seconds() - start;
+  drain(engine);
   return elapsed;
 }
 
@@ -103,27 +106,28 @@ struct PrefixResult {
   double cold = 0, warm = 0;
   int64_t cached = 0;
 };
-PrefixResult time_prefix_hit(const ModelWeights& weights, const EngineOptions& base, int64_t n,
+PrefixResult time_prefix_hit(const ModelWeights& weights, const LLMEngineOptions& base, int64_t n,
                              std::mt19937& rng) {
-  EngineOptions eo = base;
-  eo.prefix_caching = true;
-  eo.max_context = std::max<int64_t>(eo.max_context, n + 1);
-  Engine engine(weights, eo);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(engine.vocab_size() - 1));
-  std::vector<int32_t> prompt(static_cast<size_t>(n));
-  for (auto& t : prompt) t = pick(rng);
-  auto first_token = [&](Sequence& seq) {
-    double start = now_seconds();
-    int64_t cached = engine.attach_cached_prefix(seq, prompt);
-    argmax(engine.feed(seq, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cached))));
-    return std::pair<double, int64_t>(now_seconds() - start, cached);
+  LLMEngineOptions eo = base;
+  eo.engine.prefix_caching = true;
+  eo.engine.max_context = std::max<int64_t>(eo.engine.max_context, n + 1);
+  LLMEngine engine(weights, nullptr, eo);
+  const std::vector<int32_t> prompt = random_tokens(n, engine.vocab_size(), rng);
+  auto first_token = [&] {
+    std::shared_ptr<RequestStream> stream = engine.add_request(bench_request(prompt, 1));
+    const double start = now_seconds();
+    PrefixResult r;
+    run_until_finished(engine, *stream, [&](StreamEvent& e) {
+      if (!e.tokens.empty()) r.cold = now_seconds() - start;
+      if (e.finished) r.cached = e.cached_prompt_tokens;
+    });
+    return r;
   };
-  Sequence cold, warm;
   PrefixResult r;
-  r.cold = first_token(cold).first;
-  engine.release(cold);
-  std::tie(r.warm, r.cached) = first_token(warm);
-  engine.release(warm);
+  r.cold = first_token().cold;
+  const PrefixResult warm = first_token();
+  r.warm = warm.cold;
+  r.cached = warm.cached;
   return r;
 }
 
@@ -133,15 +137,20 @@ int bench_command(const BenchOptions& o) {
   }
   if (o.probe_mb < 1) throw Error("bench: --probe-mb must be >= 1");
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
-  EngineOptions eo;
-  eo.kv_dtype = o.model.parsed_kv_dtype();
-  eo.max_context = std::max<int64_t>({o.prompt_tokens, o.decode_context + o.gen_tokens + 1, 16});
-  eo.max_sequences = o.batch;
-  Engine engine(model.weights, eo);
+  LLMEngineOptions eo = o.model.engine_options();
+  eo.engine.max_context = std::max<int64_t>(
+      {o.model.context, o.prompt_tokens + 1, o.decode_context + o.gen_tokens + 2, 16});
+  eo.engine.max_sequences = o.batch;
+  // A prefill, or every sequence's prompt, in one forward step; all sequences decode together.
+  eo.scheduler.max_batched_tokens =
+      std::max<int64_t>({o.prompt_tokens, o.batch * std::max<int64_t>(o.decode_context, 1), 16});
+  eo.scheduler.max_sequences = o.batch;
+  LLMEngine engine(model.weights, nullptr, eo);
+  const int threads = engine.runner().n_threads();
   std::mt19937 rng(42);
 
   // Warm-up: touch every weight page and the KV pool once.
-  time_prefill(engine, std::min<int64_t>(16, eo.max_context), rng);
+  time_prefill(engine, std::min<int64_t>(16, engine.max_request_tokens() - 1), rng);
   if (o.gen_tokens > 0) time_decode(engine, o.batch, std::min<int64_t>(4, o.gen_tokens), 0, rng);
 
   // --probe: the read-bandwidth ceiling, measured just before each decode repetition (the machine's
@@ -152,7 +161,7 @@ int bench_command(const BenchOptions& o) {
   if (o.probe && o.gen_tokens > 0) {
     const bool huge = 2 * model.weights.copied_matrix_bytes() > matrix_bytes;  // mostly copied
     probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.probe_mb) << 20, huge);
-    probe->measure(engine.n_threads());  // warm-up pass
+    probe->measure(threads);  // warm-up pass
   }
   std::vector<double> pp, tg, probe_gbps, decode_fraction;
   for (int r = 0; r < o.repetitions; ++r) {
@@ -162,7 +171,7 @@ int bench_command(const BenchOptions& o) {
       if (probe) {
         // Median of 3 passes: one pass is ~40 ms and single passes swing.
         std::vector<double> passes;
-        for (int i = 0; i < 3; ++i) passes.push_back(probe->measure(engine.n_threads()));
+        for (int i = 0; i < 3; ++i) passes.push_back(probe->measure(threads));
         probe_gbps.push_back(summarize(passes).median);
       }
       tg.push_back(static_cast<double>(o.batch * o.gen_tokens) /
@@ -197,10 +206,10 @@ int bench_command(const BenchOptions& o) {
     j["model"] = model.checkpoint.path;
     j["dtype"] = dtype_name(model.weights.matrix_dtype());
     j["layout"] = layout;
-    j["kv_dtype"] = dtype_name(eo.kv_dtype);
+    j["kv_dtype"] = dtype_name(eo.engine.kv_dtype);
     j["backend"] = backend.name;
     j["isa"] = backend.kernels;
-    j["threads"] = engine.n_threads();
+    j["threads"] = threads;
     j["batch"] = o.batch;
     j["repetitions"] = o.repetitions;
     j["load_seconds"] = model.load_seconds;
@@ -244,8 +253,8 @@ int bench_command(const BenchOptions& o) {
       "model %s: %s%s, %.1f MB of matrices, %s KV cache, %s backend, isa %s, %d threads, ready in "
       "%.3f s\n",
       model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
-      interleaved ? " interleaved" : "", weight_mb, dtype_name(eo.kv_dtype), backend.name.c_str(),
-      backend.kernels.c_str(), engine.n_threads(), model.load_seconds);
+      interleaved ? " interleaved" : "", weight_mb, dtype_name(eo.engine.kv_dtype),
+      backend.name.c_str(), backend.kernels.c_str(), threads, model.load_seconds);
   // Where decode reads the weights from: the file mapping (4 KiB pages) or ember's own copy.
   std::printf(
       "weights: %.1f MB read in place from the file, %.1f MB copied at load (their memory: %.1f MB "
@@ -289,8 +298,7 @@ int bench_command(const BenchOptions& o) {
 Command add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed (like llama-bench)");
-  o->model.add_to(*cmd);
-  o->model.add_kv_dtype_option(*cmd);
+  o->model.add_to(*cmd, ModelOptions::kRunsModel);
   cmd->add_option("-p,--n-prompt", o->prompt_tokens, "Prompt tokens for the prefill test (0: skip)")
       ->capture_default_str();
   cmd->add_option("-n,--n-gen", o->gen_tokens, "Tokens to decode per sequence (0: skip)")
@@ -298,7 +306,6 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("-b,--batch", o->batch, "Sequences decoding together")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->repetitions, "Timed repetitions (median reported)")
       ->capture_default_str();
-  cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
   cmd->add_option("--decode-context", o->decode_context,
                   "Prompt tokens each decoding sequence starts from")
       ->capture_default_str();

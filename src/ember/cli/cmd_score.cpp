@@ -8,7 +8,7 @@
 
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
-#include "ember/engine/engine.h"
+#include "ember/engine/llm_engine.h"
 
 namespace ember::cli {
 
@@ -69,12 +69,21 @@ int score_command(const ScoreOptions& o) {
                   std::to_string(vocab) + ")");
   }
 
-  EngineOptions eo;
-  eo.kv_dtype = o.model.parsed_kv_dtype();
-  eo.max_context = std::max<int64_t>(o.model.context, static_cast<int64_t>(ids.size()));
-  Engine engine(model.weights, eo);
-  Sequence seq;
-  std::span<const float> logits = engine.feed(seq, ids, /*all_logits=*/true);
+  LLMEngineOptions eo = o.model.engine_options();
+  eo.engine.max_context = std::max<int64_t>(o.model.context, static_cast<int64_t>(ids.size()));
+  eo.scheduler.max_batched_tokens = static_cast<int64_t>(ids.size());  // one forward step
+  LLMEngine engine(model.weights, nullptr, eo);
+  GenerationRequest req;
+  req.prompt = ids;
+  req.max_tokens = 0;  // the prompt only
+  req.prompt_logits = true;
+  std::shared_ptr<RequestStream> stream = engine.add_request(std::move(req));
+  std::vector<float> logits;  // [n_tokens, vocab]
+  logits.reserve(ids.size() * static_cast<size_t>(vocab));
+  run_until_finished(engine, *stream, [&](StreamEvent& e) {
+    logits.insert(logits.end(), e.prompt_logits.begin(), e.prompt_logits.end());
+    if (e.finished && e.finish_reason == FinishReason::Error) throw Error(e.error);
+  });
 
   // Token i+1 is predicted by the logits of position i: NLL = logsumexp(z) - z[target].
   double total_nll = 0;
@@ -110,7 +119,6 @@ int score_command(const ScoreOptions& o) {
     std::fprintf(stderr, "[ember] wrote %zu x %lld float32 logits to %s\n", ids.size(),
                  static_cast<long long>(vocab), o.logits_out.c_str());
   }
-  engine.release(seq);
   return 0;
 }
 
@@ -120,8 +128,7 @@ Command add_score_command(CLI::App& app) {
   auto o = std::make_shared<ScoreOptions>();
   CLI::App* cmd =
       app.add_subcommand("score", "Per-token negative log-likelihood and perplexity of a text");
-  o->model.add_to(*cmd);
-  o->model.add_kv_dtype_option(*cmd);
+  o->model.add_to(*cmd, ModelOptions::kRunsModel);
   CLI::Option* text = cmd->add_option("-p,--prompt", o->text, "Text to score");
   CLI::Option* file =
       cmd->add_option("-f,--file", o->file, "Read the text from a file")->excludes(text);
@@ -129,7 +136,6 @@ Command add_score_command(CLI::App& app) {
       ->excludes(text)
       ->excludes(file);
   cmd->add_option("--logits-out", o->logits_out, "Write float32 logits [n_tokens x vocab] here");
-  cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
   cmd->add_flag("--no-bos", o->no_bos, "Do not prepend BOS to text");
   cmd->add_flag("-q,--quiet", o->quiet, "Only the summary line");
   return [o] { return score_command(*o); };

@@ -11,7 +11,7 @@
 
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
-#include "ember/engine/serving_engine.h"
+#include "ember/engine/async_engine.h"
 #include "ember/server/http_server.h"
 #include "ember/tokenizer/chat_template.h"
 
@@ -67,18 +67,17 @@ int serve_command(const ServeOptions& o) {
                              : ChatTemplate::detect(find_chat_template_source(
                                    model.checkpoint.path, model.checkpoint.gguf.get()));
 
-  ServingOptions so;
-  so.engine.kv_dtype = o.model.parsed_kv_dtype();
-  so.engine.max_context = o.model.context;
-  so.engine.max_sequences = o.max_seqs;
-  so.engine.block_size = o.block_size;
-  so.engine.kv_blocks = o.kv_blocks;
-  so.engine.prefix_caching = !o.no_prefix_cache;
-  so.scheduler.max_sequences = o.max_seqs;
-  so.scheduler.max_batched_tokens = o.max_batched_tokens;
+  AsyncEngineOptions so;
+  so.engine = o.model.engine_options();
+  so.engine.engine.max_sequences = o.max_seqs;
+  so.engine.engine.block_size = o.block_size;
+  so.engine.engine.kv_blocks = o.kv_blocks;
+  so.engine.engine.prefix_caching = !o.no_prefix_cache;
+  so.engine.scheduler.max_sequences = o.max_seqs;
+  so.engine.scheduler.max_batched_tokens = o.max_batched_tokens;
   so.max_waiting = o.max_waiting;
 
-  ServingEngine engine(model.weights, model.tokenizer.get(), so);
+  AsyncEngine engine(model.weights, model.tokenizer.get(), so);
   server::ServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;
@@ -112,11 +111,12 @@ int serve_command(const ServeOptions& o) {
                "[ember] model %s (%s), %d threads, context %lld, %lld %s KV blocks of %lld, "
                "prefix cache %s, chat template %s\n",
                model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
-               engine.engine().n_threads(), static_cast<long long>(engine.max_context()),
+               engine.engine().runner().n_threads(),
+               static_cast<long long>(engine.engine().max_context()),
                static_cast<long long>(engine.engine().kv().n_blocks()),
-               dtype_name(so.engine.kv_dtype),
+               dtype_name(so.engine.engine.kv_dtype),
                static_cast<long long>(engine.engine().kv().block_size()),
-               so.engine.prefix_caching ? "on" : "off", chat.name());
+               so.engine.engine.prefix_caching ? "on" : "off", chat.name());
   std::fprintf(stderr, "listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
   http.serve();  // returns once shutdown() has stopped the listener
@@ -134,14 +134,10 @@ Command add_serve_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve",
                                      "OpenAI-compatible HTTP server (/v1/completions, "
                                      "/v1/chat/completions, /v1/models, /health, /metrics)");
-  o->model.add_to(*cmd);
-  o->model.add_kv_dtype_option(*cmd);
+  o->model.add_to(*cmd, ModelOptions::kRunsModel);
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port (0: any free port, printed on startup)")
       ->capture_default_str();
-  cmd->add_option("-t,--threads", o->model.threads, "Threads (default: physical cores)");
-  cmd->add_option("-c,--ctx", o->model.context,
-                  "Context length per sequence (default: min(model max, 4096))");
   cmd->add_option("--max-seqs", o->max_seqs, "Sequences decoding together")->capture_default_str();
   cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per forward step")
       ->capture_default_str();

@@ -13,19 +13,30 @@
 #include <string>
 #include <vector>
 
-#include "ember/engine/sampler.h"
+#include "ember/engine/sampling/sampler.h"
 
 namespace ember {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, BOS included if wanted
   SamplingParams sampling;
-  int64_t max_tokens = 256;
+  // Tokens to generate; -1: min(256, what the context leaves after the prompt). 0 runs the prompt
+  // only (with prompt_logits: scoring). LLMEngine decides the rest (see its add_request).
+  int64_t max_tokens = -1;
+  // false: a prompt + max_tokens past the context is refused at arrival. true: it is accepted and
+  // generation ends (finish reason "length") when the context is full (ember run).
+  bool stop_at_context = false;
   std::vector<std::string> stop;  // stop strings (matched across token boundaries)
   bool ignore_eos = false;
-  float presence_penalty = 0.0f;   // OpenAI-style, subtracted once per seen token
-  float frequency_penalty = 0.0f;  // OpenAI-style, times the token's count so far
-  int32_t logprobs = -1;           // >= 0: report the chosen token's logprob (+ top-N alternatives)
+  int32_t logprobs = -1;       // >= 0: report the chosen token's logprob (+ top-N alternatives)
+  bool prompt_logits = false;  // events carry the logits of every prompt position (scoring)
+  // SentencePiece: drop the space a leading '▁' stands for from the first text (a prompt that is
+  // only BOS, as llama.cpp prints it).
+  bool strip_leading_space = false;
+  // Nonzero: when this request finishes, its K/V stays cached for the session, and the session's
+  // next request starts from the longest token prefix it shares with it (as llama.cpp's server
+  // slots do: a chat's turns re-send the whole conversation). LLMEngine::end_session frees it.
+  int64_t session = 0;
 };
 
 enum class FinishReason : uint8_t { None, Stop, Length, Cancelled, Error };
@@ -42,6 +53,9 @@ struct StreamEvent {
   std::string text;             // new text (complete UTF-8; stop strings held back/removed)
   std::vector<int32_t> tokens;  // the tokens this event covers
   std::vector<TokenLogprob> logprobs;
+  // With GenerationRequest::prompt_logits: logits [n, vocab] of the next n prompt positions (each
+  // row predicts the token after its position), in order over the events.
+  std::vector<float> prompt_logits;
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::string error;          // set when finish_reason == Error

@@ -1,22 +1,19 @@
-// Continuous batching (the nano-vllm/vLLM split: the scheduler decides, KvBlockManager owns the
-// blocks, Engine runs the step). Each step fills a token budget: first one decode token for every
-// running sequence, then the next prompt chunk of running sequences still prefilling, then new
-// sequences from the waiting queue in arrival order (chunked prefill: a long prompt is split over
-// steps so it never stalls the decodes). When the KV pool runs out, the youngest running sequence
-// is preempted: its blocks are freed and it is recomputed later (its prefix may still be cached).
+// Continuous batching (the nano-vllm/vLLM split: the scheduler decides and owns the block manager,
+// the model runner executes the step). KV blocks are reserved here and nowhere else. Each step
+// fills a token budget: first one decode token for every running sequence, then the next prompt
+// chunk of running sequences still prefilling, then new sequences from the waiting queue in arrival
+// order (chunked prefill: a long prompt is split over steps so it never stalls the decodes). When
+// the KV pool runs out, the youngest running sequence is preempted: its blocks are freed and it is
+// recomputed later (its prefix may still be cached).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <vector>
 
-#include "ember/engine/engine.h"
-#include "ember/engine/request.h"
-#include "ember/engine/sampler.h"
-#include "ember/engine/stop_matcher.h"
-#include "ember/tokenizer/utf8_stream.h"
+#include "ember/engine/sequence.h"
+#include "ember/kv/kv_block_manager.h"
 
 namespace ember {
 
@@ -25,60 +22,49 @@ struct SchedulerConfig {
   int64_t max_sequences = 64;        // running sequences at once
 };
 
-// A request in flight.
-struct SequenceState {
-  using Clock = std::chrono::steady_clock;
-
-  int64_t id = 0;
-  uint64_t arrival = 0;  // FCFS order
-  GenerationRequest request;
-  std::shared_ptr<RequestStream> stream;
-  Sequence seq;                     // n_cached + block table; seq.tokens = tokens in the cache
-  std::vector<int32_t> all_tokens;  // prompt + generated
-  int64_t n_prompt = 0;
-  int64_t n_generated = 0;
-  int64_t cached_prompt_tokens = 0;  // prompt tokens found in the prefix cache (first schedule)
-  bool prefix_looked_up = false;
-  bool scheduled_once = false;
-  std::unique_ptr<Sampler> sampler;
-  Utf8StreamDecoder utf8;
-  StopMatcher stop;
-  Clock::time_point arrival_time;
-  Clock::time_point last_token_time;
-
-  // Tokens not yet in the KV cache (>= 1 while the sequence is live).
-  int64_t pending_tokens() const { return static_cast<int64_t>(all_tokens.size()) - seq.n_cached; }
-};
-
+// What one sequence runs in the next step: its next n_tokens pending tokens.
 struct ScheduledChunk {
-  SequenceState* state = nullptr;
+  Sequence* seq = nullptr;
   int64_t n_tokens = 0;
-  bool completes = false;  // the chunk reaches the end of all_tokens: sample after it
+  bool completes = false;  // the chunk reaches the end of seq->tokens: sample after it
 };
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, Engine& engine);
+  Scheduler(const SchedulerConfig& config, int64_t n_blocks, int64_t block_size,
+            bool prefix_caching);
 
-  void add(std::unique_ptr<SequenceState> state);
+  void add(std::unique_ptr<Sequence> seq);
   // Decides the next step's chunks and reserves their blocks. Sequences that can never fit (a
   // prompt larger than the whole pool) are moved to `failed`.
-  std::vector<ScheduledChunk> schedule(std::vector<std::unique_ptr<SequenceState>>& failed);
-  // Removes a running or waiting sequence and frees its blocks.
-  std::unique_ptr<SequenceState> remove(SequenceState* state);
+  std::vector<ScheduledChunk> schedule(std::vector<std::unique_ptr<Sequence>>& failed);
+  // After the step ran: the chunk's tokens are in the cache (registers full blocks for the prefix
+  // cache).
+  void commit(const ScheduledChunk& chunk);
+  // Removes a running or waiting sequence and frees its blocks (or leaves them in its block table,
+  // for a session to keep).
+  std::unique_ptr<Sequence> remove(Sequence* seq, bool keep_blocks = false);
+  // A session's kept blocks: cut to the first n_tokens positions, or given back.
+  void truncate(KvBlockTable& table, int64_t n_tokens) { kv_.truncate(table, n_tokens); }
+  void release(KvBlockTable& table) { kv_.release(table); }
 
-  const std::vector<std::unique_ptr<SequenceState>>& running() const { return running_; }
-  const std::deque<std::unique_ptr<SequenceState>>& waiting() const { return waiting_; }
+  const KvBlockManager& kv() const { return kv_; }
+  const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+  const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
   bool idle() const { return running_.empty() && waiting_.empty(); }
   uint64_t preemptions() const { return preemptions_; }
 
  private:
   void preempt(size_t running_index);
+  void schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& budget);
+  void schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& budget,
+                        std::vector<std::unique_ptr<Sequence>>& failed);
+  void release(Sequence& seq);
 
   SchedulerConfig config_;
-  Engine& engine_;
-  std::vector<std::unique_ptr<SequenceState>> running_;  // arrival order
-  std::deque<std::unique_ptr<SequenceState>> waiting_;   // arrival order (preempted ones first)
+  KvBlockManager kv_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // arrival order
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // arrival order (preempted ones first)
   uint64_t preemptions_ = 0;
 };
 

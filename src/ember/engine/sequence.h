@@ -1,19 +1,49 @@
-// A sequence flowing through the engine: its tokens so far and its block table in the paged KV
-// cache. n_cached tokens (a prefix of `tokens`) already have their K/V in the cache.
+// One request from arrival to finish: the one record the scheduler, the engine loop and the output
+// stream read and update. tokens holds prompt + generated; the first n_cached of them have their
+// K/V in the cache, through block_table.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "ember/engine/detokenizer.h"
+#include "ember/engine/request.h"
+#include "ember/engine/sampling/sampler.h"
 #include "ember/kv/kv_block_table.h"
 
 namespace ember {
 
 struct Sequence {
+  using Clock = std::chrono::steady_clock;
+
   int64_t id = 0;
-  std::vector<int32_t> tokens;
-  int64_t n_cached = 0;
+  uint64_t arrival = 0;  // FCFS order
+  GenerationRequest request;
+  std::shared_ptr<RequestStream> stream;
+
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t n_prompt = 0;
+  int64_t max_tokens = 0;  // resolved at arrival (GenerationRequest::max_tokens)
+  int64_t n_cached = 0;    // tokens whose K/V are in the cache (a prefix of tokens)
   KvBlockTable block_table;
+
+  int64_t prompt_logit_rows_sent = 0;  // GenerationRequest::prompt_logits
+  int64_t cached_prompt_tokens = 0;    // prompt tokens found in the prefix cache (first schedule)
+  bool prefix_looked_up = false;
+  bool scheduled_once = false;
+  std::unique_ptr<Sampler> sampler;
+  Detokenizer detokenizer;
+
+  Clock::time_point arrival_time;
+  Clock::time_point first_token_time;
+  Clock::time_point last_token_time;
+
+  int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
+  // Tokens not yet in the KV cache (>= 1 while the sequence is live).
+  int64_t pending_tokens() const { return static_cast<int64_t>(tokens.size()) - n_cached; }
+  bool prefilled() const { return n_cached >= n_prompt; }
 };
 
 }  // namespace ember

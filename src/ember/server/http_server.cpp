@@ -63,20 +63,6 @@ Error shutting_down(const std::string& message) {
   return Error(ErrorKind::Unavailable, message).with_reason("shutting_down");
 }
 
-// The engine's refusal as the Error the client gets.
-Error refusal(SubmitError why, const std::string& message) {
-  switch (why) {
-    case SubmitError::QueueFull:
-      return Error(ErrorKind::ResourceExhausted, message).with_reason("queue_full");
-    case SubmitError::ShuttingDown:
-      return shutting_down(message);
-    case SubmitError::TooLong:
-      return too_long("max_tokens", message);
-    default:
-      return Error::invalid_request("prompt", message);
-  }
-}
-
 // Errors httplib raises before (or instead of) a handler: an unmatched route, a body over the
 // size limit, a malformed HTTP request.
 Error transport_error(const httplib::Request& req, int status) {
@@ -101,17 +87,12 @@ struct Relay {
   std::shared_ptr<RequestStream> stream;
   std::shared_ptr<ActiveRequest> active;
   Completion acc;
-  bool strip_leading_space = false;  // SentencePiece: prompt was only BOS (as `ember run`)
   bool started = false;
   bool done = false;
 
   // Folds one event into `acc`; returns its (possibly adjusted) text.
   std::string absorb(StreamEvent& e) {
     std::string text = std::move(e.text);
-    if (strip_leading_space && !text.empty()) {
-      if (text[0] == ' ') text.erase(0, 1);
-      strip_leading_space = false;
-    }
     acc.text += text;
     acc.tokens.insert(acc.tokens.end(), e.tokens.begin(), e.tokens.end());
     acc.logprobs.insert(acc.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
@@ -125,8 +106,8 @@ struct Relay {
   }
 };
 
-HttpServer::HttpServer(ServingEngine& engine, const Tokenizer& tokenizer,
-                       ChatTemplate chat_template, ServerOptions options)
+HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
+                       ServerOptions options)
     : engine_(engine),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
@@ -237,8 +218,7 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
     if (auto* e = std::get_if<Error>(&parsed)) throw *e;
     ApiRequest api = std::move(std::get<ApiRequest>(parsed));
     std::vector<int32_t> prompt = tokenize_prompt(api);
-    int64_t max_tokens = fit_max_tokens(api, static_cast<int64_t>(prompt.size()));
-    std::shared_ptr<Relay> relay = submit(std::move(api), std::move(prompt), max_tokens);
+    std::shared_ptr<Relay> relay = submit(std::move(api), std::move(prompt));
     relay->active = std::move(active);
     if (relay->api.stream) {
       respond_stream(relay, res);
@@ -274,38 +254,24 @@ std::vector<int32_t> HttpServer::tokenize_prompt(const ApiRequest& api) const {
   return tokenizer_.encode_with_special(api.prompt_text, tokenizer_.add_bos_default(), true);
 }
 
-int64_t HttpServer::fit_max_tokens(const ApiRequest& api, int64_t n_prompt) const {
-  const int64_t limit = engine_.max_request_tokens();
-  if (n_prompt == 0) {
-    throw Error::invalid_request("prompt", "the prompt is empty (and the model adds no BOS)");
-  }
-  if (n_prompt >= limit) {
-    throw too_long(api.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
-                   "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
-                       std::to_string(limit));
-  }
-  int64_t max_tokens = api.max_tokens.value_or(std::min<int64_t>(256, limit - n_prompt));
-  if (n_prompt + max_tokens > limit) {
-    throw too_long("max_tokens", "max_tokens " + std::to_string(max_tokens) + " + " +
-                                     std::to_string(n_prompt) + " prompt tokens exceed the " +
-                                     "context of " + std::to_string(limit) + " tokens");
-  }
-  return max_tokens;
-}
-
-std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> prompt,
-                                          int64_t max_tokens) {
+std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> prompt) {
   auto relay = std::make_shared<Relay>();
-  relay->strip_leading_space = api.endpoint == Endpoint::Completions && prompt.size() == 1 &&
-                               prompt[0] == tokenizer_.bos_id() &&
-                               tokenizer_.strip_space_after_bos();
   GenerationRequest gen = api.generation;
+  // SentencePiece: a completion of nothing but BOS prints without the leading space, as `ember
+  // run` does.
+  gen.strip_leading_space = api.endpoint == Endpoint::Completions && prompt.size() == 1 &&
+                            prompt[0] == tokenizer_.bos_id() && tokenizer_.strip_space_after_bos();
   gen.prompt = std::move(prompt);
-  gen.max_tokens = max_tokens;
-  SubmitError err = SubmitError::None;
-  std::string message;
-  relay->stream = engine_.submit(std::move(gen), &err, &message);
-  if (!relay->stream) throw refusal(err, message);
+  gen.max_tokens = api.max_tokens.value_or(-1);  // the engine fits the default to the context
+  try {
+    relay->stream = engine_.submit(std::move(gen));
+  } catch (const Error& e) {
+    // The engine names the prompt "prompt"; a chat request's prompt is its messages.
+    if (e.field() == "prompt" && api.endpoint == Endpoint::ChatCompletions) {
+      throw Error::invalid_request("messages", e.what()).with_reason(e.reason());
+    }
+    throw;
+  }
 
   char id[48];
   std::snprintf(id, sizeof id, "%s-%llx%06llx",

@@ -1,4 +1,4 @@
-// The OpenAI-compatible HTTP front end of a ServingEngine. Handlers only tokenize, enqueue and
+// The OpenAI-compatible HTTP front end of a AsyncEngine. Handlers only tokenize, enqueue and
 // relay their request's event stream: the engine thread alone touches the model. Streaming
 // responses are server-sent events written as chunks; a failed write means the client is gone,
 // and the request is cancelled so its KV blocks return to the pool.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ember/engine/serving_engine.h"
+#include "ember/engine/async_engine.h"
 #include "ember/server/openai_api.h"
 #include "ember/tokenizer/chat_template.h"
 #include "ember/tokenizer/tokenizer.h"
@@ -39,7 +39,7 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  HttpServer(ServingEngine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
+  HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
              ServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -70,9 +70,8 @@ class HttpServer {
   // The prompt as token ids; refuses (throws) prompts that cannot fit the context.
   std::vector<int32_t> tokenize_prompt(const ApiRequest& api) const;
   // The request's max_tokens, or the default; throws when prompt + completion exceed the context.
-  int64_t fit_max_tokens(const ApiRequest& api, int64_t n_prompt) const;
   // Hands the request to the engine; a refusal comes back as a thrown Error.
-  std::shared_ptr<Relay> submit(ApiRequest api, std::vector<int32_t> prompt, int64_t max_tokens);
+  std::shared_ptr<Relay> submit(ApiRequest api, std::vector<int32_t> prompt);
   void respond_whole(Relay& relay, httplib::Response& res) const;
   void respond_stream(const std::shared_ptr<Relay>& relay, httplib::Response& res) const;
   // The SSE events for whatever the engine produced since the last call.
@@ -81,7 +80,7 @@ class HttpServer {
   void handle_metrics(httplib::Response& res) const;
   void count_response(int status);
 
-  ServingEngine& engine_;
+  AsyncEngine& engine_;
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
   ServerOptions options_;

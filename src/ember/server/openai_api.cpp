@@ -229,8 +229,9 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
     g.sampling.seed =
         (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   }
-  g.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2, 2).value_or(0));
-  g.frequency_penalty =
+  g.sampling.presence_penalty =
+      static_cast<float>(get_number(body, "presence_penalty", -2, 2).value_or(0));
+  g.sampling.frequency_penalty =
       static_cast<float>(get_number(body, "frequency_penalty", -2, 2).value_or(0));
   g.stop = get_stop(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);

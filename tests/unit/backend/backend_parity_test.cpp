@@ -10,9 +10,9 @@
 #include <span>
 #include <vector>
 
-#include "ember/engine/engine.h"
 #include "ember/model/model_loader.h"
 #include "test_util.h"
+#include "unit/engine/step_engine.h"
 
 namespace ember {
 namespace {
@@ -24,7 +24,7 @@ std::vector<std::vector<float>> run_steps(const ModelWeights& weights,
                                           const std::vector<int32_t>& prompt, int decode) {
   EngineOptions eo;
   eo.max_context = 64;
-  Engine engine(weights, eo);
+  test::StepEngine engine(weights, eo);
   const auto V = static_cast<size_t>(weights.config.vocab_size);
   std::vector<std::vector<float>> rows;
   Sequence seq;

@@ -1,7 +1,9 @@
+#include "ember/cli/options.h"
+
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 
-#include "ember/cli/commands.h"
 #include "ember/core/error.h"
 
 namespace ember::cli {
@@ -12,8 +14,25 @@ std::string default_model_path() {
   return (base / "models/stories260K/stories260K.gguf").string();
 }
 
-void ModelOptions::add_to(CLI::App& app, bool model_is_positional) {
-  if (model_is_positional) {
+namespace {
+
+void add_run_options(CLI::App& app, ModelOptions& o) {
+  app.add_option("--backend", o.backend,
+                 "Backend that runs the model: cpu (SIMD kernels, threads) or reference (scalar, "
+                 "one thread, double accumulation: the oracle, slow)")
+      ->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "Threads (default: physical cores)");
+  app.add_option("-c,--ctx", o.context, "Context length (default: min(model max, 4096))");
+  app.add_option("--kv-dtype", o.kv_dtype,
+                 "KV cache dtype: f32 (exact) or f16 (half the memory and attention traffic, as "
+                 "llama.cpp's default cache)")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void ModelOptions::add_to(CLI::App& app, unsigned sets) {
+  if (sets & kModelPositional) {
     app.add_option("model", model,
                    "Model: HF directory, config.json (with --dummy), .gguf, or llama2.c .bin")
         ->required();
@@ -30,10 +49,6 @@ void ModelOptions::add_to(CLI::App& app, bool model_is_positional) {
   app.add_flag("--dummy", dummy,
                "Seeded random weights from the config alone (no weight files read)");
   app.add_option("--dummy-seed", dummy_seed, "Seed of --dummy weights")->capture_default_str();
-  app.add_option("--backend", backend,
-                 "Backend that runs the model: cpu (SIMD kernels, threads) or reference (scalar, "
-                 "one thread, double accumulation: the oracle, slow)")
-      ->capture_default_str();
   app.add_flag("--no-interleave", no_interleave,
                "Keep q8_0/q4_0 blocks in the file's layout (zero-copy) instead of interleaving "
                "them 8 rows at a time for the decode kernels at load");
@@ -41,25 +56,23 @@ void ModelOptions::add_to(CLI::App& app, bool model_is_positional) {
                "Copy matrices stored in the compute dtype out of the file into huge-page memory "
                "instead of reading them in place from the mapping (faster decode on float weights, "
                "slower load; the process then holds its own copy)");
-}
-
-void ModelOptions::add_kv_dtype_option(CLI::App& app) {
-  app.add_option("--kv-dtype", kv_dtype,
-                 "KV cache dtype: f32 (exact) or f16 (half the memory and attention traffic, as "
-                 "llama.cpp's default cache)")
-      ->capture_default_str();
+  if (sets & kRunsModel) add_run_options(app, *this);
 }
 
 DType ModelOptions::parsed_kv_dtype() const {
   if (kv_dtype == "f32") return DType::F32;
   if (kv_dtype == "f16") return DType::F16;
-  throw Error("unknown --kv-dtype '" + kv_dtype + "' (expected f32 or f16)");
+  throw Error::invalid_request("--kv-dtype",
+                               "unknown --kv-dtype '" + kv_dtype + "' (expected f32 or f16)");
 }
 
 std::optional<DType> ModelOptions::parsed_dtype() const {
   if (dtype.empty()) return std::nullopt;
   auto d = dtype_from_name(dtype);
-  if (!d) throw Error("unknown --dtype '" + dtype + "' (expected f32, f16, bf16, q8_0 or q4_0)");
+  if (!d) {
+    throw Error::invalid_request(
+        "--dtype", "unknown --dtype '" + dtype + "' (expected f32, f16, bf16, q8_0 or q4_0)");
+  }
   return d;
 }
 
@@ -76,6 +89,34 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   o.backend.copy_weights = no_mmap;
   o.load_tokenizer = need_tokenizer;
   return o;
+}
+
+LLMEngineOptions ModelOptions::engine_options() const {
+  LLMEngineOptions o;
+  o.engine.kv_dtype = parsed_kv_dtype();
+  o.engine.max_context = context;
+  return o;
+}
+
+void SamplingOptions::add_to(CLI::App& app) {
+  app.add_option("--temp", sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  app.add_option("--top-k", sampling.top_k, "Top-k (0 = off)")->capture_default_str();
+  app.add_option("--top-p", sampling.top_p, "Top-p (1 = off)")->capture_default_str();
+  app.add_option("--min-p", sampling.min_p, "Min-p (0 = off)")->capture_default_str();
+  app.add_option("--repeat-penalty", sampling.repeat_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str();
+  app.add_option("--repeat-last-n", sampling.repeat_last_n, "Tokens the penalty looks back over")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "Sampling seed (default: random, printed in the stats)");
+}
+
+SamplingParams SamplingOptions::params() const {
+  if (!resolved_seed_) {
+    resolved_seed_ = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+  }
+  SamplingParams p = sampling;
+  p.seed = *resolved_seed_;
+  return p;
 }
 
 }  // namespace ember::cli

@@ -1,4 +1,4 @@
-#include "ember/engine/sampler.h"
+#include "ember/engine/sampling/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -54,30 +54,56 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
   candidates_.reserve(static_cast<size_t>(vocab_size));
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-  if (logits.size() != static_cast<size_t>(vocab_size_)) {
-    throw Error("sampler: got " + std::to_string(logits.size()) + " logits for a vocabulary of " +
-                std::to_string(vocab_size_));
-  }
-  candidates_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    candidates_[i] = {logits[i], static_cast<int32_t>(i)};
-  }
-
+void Sampler::apply_penalties(std::span<const int32_t> history, size_t n_prompt) {
   // Repetition penalty (CTRL): each distinct token among the last repeat_last_n is penalised
   // once, however often it occurred. Dividing a positive logit / multiplying a negative one both
   // move it down, which a plain division would not do for negative logits.
   if (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0 && !history.empty()) {
     const size_t n = std::min(history.size(), static_cast<size_t>(params_.repeat_last_n));
-    std::vector<int32_t> recent(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
-    std::sort(recent.begin(), recent.end());
-    recent.erase(std::unique(recent.begin(), recent.end()), recent.end());
-    for (int32_t t : recent) {
+    scratch_tokens_.assign(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
+    std::sort(scratch_tokens_.begin(), scratch_tokens_.end());
+    scratch_tokens_.erase(std::unique(scratch_tokens_.begin(), scratch_tokens_.end()),
+                          scratch_tokens_.end());
+    for (int32_t t : scratch_tokens_) {
       if (t < 0 || t >= vocab_size_) continue;
       float& l = candidates_[t].first;
       l = l > 0.0f ? l / params_.repeat_penalty : l * params_.repeat_penalty;
     }
   }
+  // OpenAI semantics over the generated tokens: z -= presence * [count > 0] + frequency * count.
+  if ((params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) &&
+      history.size() > n_prompt) {
+    scratch_tokens_.assign(history.begin() + static_cast<std::ptrdiff_t>(n_prompt), history.end());
+    std::sort(scratch_tokens_.begin(), scratch_tokens_.end());
+    for (size_t i = 0; i < scratch_tokens_.size();) {
+      size_t j = i;
+      while (j < scratch_tokens_.size() && scratch_tokens_[j] == scratch_tokens_[i]) ++j;
+      const int32_t t = scratch_tokens_[i];
+      if (t >= 0 && t < vocab_size_) {
+        candidates_[static_cast<size_t>(t)].first -=
+            params_.presence_penalty + params_.frequency_penalty * static_cast<float>(j - i);
+      }
+      i = j;
+    }
+  }
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
+                        size_t n_prompt) {
+  if (logits.size() != static_cast<size_t>(vocab_size_)) {
+    throw Error("sampler: got " + std::to_string(logits.size()) + " logits for a vocabulary of " +
+                std::to_string(vocab_size_));
+  }
+  const bool penalties = (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0) ||
+                         params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  // Greedy without penalties reads the logits as they are (no copy of the vocabulary).
+  if (params_.temperature <= 0.0f && !penalties) return argmax(logits);
+  candidates_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+  }
+
+  apply_penalties(history, n_prompt);
 
   if (params_.temperature <= 0.0f) {
     size_t best = 0;

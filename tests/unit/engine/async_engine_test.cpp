@@ -1,18 +1,20 @@
-// The serving engine's batching must not change results: greedy tokens of many concurrent
-// requests (chunked prefill, preemption, prefix caching) equal one-at-a-time generation.
+// The engine loop's batching must not change results: greedy tokens of many concurrent requests
+// (chunked prefill, preemption, prefix caching) equal one request fed by hand; refusals, cancels,
+// stop strings and the background loop of AsyncEngine.
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "ember/engine/generator.h"
-#include "ember/engine/serving_engine.h"
+#include "ember/core/error.h"
+#include "ember/engine/async_engine.h"
 #include "ember/model/model_loader.h"
 #include "test_util.h"
+#include "unit/engine/step_engine.h"
 
 namespace ember {
 namespace {
 
-class ServingEngineTest : public ::testing::Test {
+class AsyncEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto path = test::fixture("models/stories260K/stories260K.gguf");
@@ -29,23 +31,19 @@ class ServingEngineTest : public ::testing::Test {
     return p;
   }
 
-  // Greedy tokens generated one request at a time (the reference).
+  // Greedy tokens of one request alone, fed by hand (prompt, then one token per step): the
+  // reference the engine's scheduling must not change.
   std::vector<int32_t> reference(const std::vector<int32_t>& p, int64_t max_tokens) {
     EngineOptions eo;
     eo.max_context = 512;
-    Engine engine(model_->weights, eo);
-    SamplingParams sp;
-    sp.temperature = 0;
-    Sampler sampler(sp, static_cast<int32_t>(engine.vocab_size()));
-    GenerateOptions go;
-    go.max_new_tokens = max_tokens;
-    go.eos_token_id = -1;
+    test::StepEngine engine(model_->weights, eo);
     std::vector<int32_t> out;
     Sequence seq;
-    generate(engine, seq, p, go, sampler, [&](int32_t t) {
-      out.push_back(t);
-      return true;
-    });
+    std::span<const float> logits = engine.feed(seq, p);
+    for (int64_t i = 0; i < max_tokens; ++i) {
+      out.push_back(argmax(logits));
+      logits = engine.feed(seq, std::span<const int32_t>(&out.back(), 1));
+    }
     return out;
   }
 
@@ -59,7 +57,7 @@ class ServingEngineTest : public ::testing::Test {
   }
 
   // Runs `engine` synchronously until every stream has finished; returns tokens per stream.
-  std::vector<std::vector<int32_t>> drain(ServingEngine& engine,
+  std::vector<std::vector<int32_t>> drain(AsyncEngine& engine,
                                           std::vector<std::shared_ptr<RequestStream>>& streams,
                                           std::vector<StreamEvent>* finals = nullptr) {
     std::vector<std::vector<int32_t>> tokens(streams.size());
@@ -87,20 +85,19 @@ class ServingEngineTest : public ::testing::Test {
   std::unique_ptr<LoadedModel> model_;
 };
 
-TEST_F(ServingEngineTest, ConcurrentGreedyRequestsMatchOneAtATime) {
-  ServingOptions so;
-  so.engine.max_context = 512;
-  so.engine.max_sequences = 8;
-  so.scheduler.max_batched_tokens = 24;  // forces chunked prefill of the longer prompts
-  ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
+TEST_F(AsyncEngineTest, ConcurrentGreedyRequestsMatchOneAtATime) {
+  AsyncEngineOptions so;
+  so.engine.engine.max_context = 512;
+  so.engine.engine.max_sequences = 8;
+  so.engine.scheduler.max_batched_tokens = 24;  // forces chunked prefill of the longer prompts
+  AsyncEngine engine(model_->weights, model_->tokenizer.get(), so);
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int64_t> lengths;
   for (int i = 0; i < 8; ++i) {
     prompts.push_back(prompt(3 + i * 9, i));
     lengths.push_back(10 + i * 5);
-    SubmitError err;
-    streams.push_back(engine.submit(greedy(prompts.back(), lengths.back()), &err, nullptr));
+    streams.push_back(engine.submit(greedy(prompts.back(), lengths.back())));
     ASSERT_NE(streams.back(), nullptr);
   }
   std::vector<StreamEvent> finals;
@@ -117,18 +114,18 @@ TEST_F(ServingEngineTest, ConcurrentGreedyRequestsMatchOneAtATime) {
   EXPECT_EQ(m.requests_finished, 8u);
 }
 
-TEST_F(ServingEngineTest, PreemptionWithATinyPoolStillGivesCorrectResults) {
-  ServingOptions so;
-  so.engine.max_context = 128;
-  so.engine.block_size = 8;
-  so.engine.kv_blocks = 12;  // 96 tokens for 6 sequences that each grow to ~60
-  so.scheduler.max_batched_tokens = 64;
-  ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
+TEST_F(AsyncEngineTest, PreemptionWithATinyPoolStillGivesCorrectResults) {
+  AsyncEngineOptions so;
+  so.engine.engine.max_context = 128;
+  so.engine.engine.block_size = 8;
+  so.engine.engine.kv_blocks = 12;  // 96 tokens for 6 sequences that each grow to ~60
+  so.engine.scheduler.max_batched_tokens = 64;
+  AsyncEngine engine(model_->weights, model_->tokenizer.get(), so);
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 6; ++i) {
     prompts.push_back(prompt(10 + i, i));
-    streams.push_back(engine.submit(greedy(prompts.back(), 48), nullptr, nullptr));
+    streams.push_back(engine.submit(greedy(prompts.back(), 48)));
     ASSERT_NE(streams.back(), nullptr);
   }
   auto got = drain(engine, streams);
@@ -138,19 +135,17 @@ TEST_F(ServingEngineTest, PreemptionWithATinyPoolStillGivesCorrectResults) {
   EXPECT_EQ(m.kv_blocks_used, 0);
 }
 
-TEST_F(ServingEngineTest, PrefixCacheHitsEveryFullBlockOfASharedPrefix) {
-  ServingOptions so;
-  so.engine.max_context = 512;
-  so.engine.max_sequences = 4;
-  so.engine.prefix_caching = true;
-  ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
+TEST_F(AsyncEngineTest, PrefixCacheHitsEveryFullBlockOfASharedPrefix) {
+  AsyncEngineOptions so;
+  so.engine.engine.max_context = 512;
+  so.engine.engine.max_sequences = 4;
+  so.engine.engine.prefix_caching = true;
+  AsyncEngine engine(model_->weights, model_->tokenizer.get(), so);
   auto p = prompt(300, 5);
-  std::vector<std::shared_ptr<RequestStream>> first = {
-      engine.submit(greedy(p, 8), nullptr, nullptr)};
+  std::vector<std::shared_ptr<RequestStream>> first = {engine.submit(greedy(p, 8))};
   std::vector<StreamEvent> f1, f2;
   auto a = drain(engine, first, &f1);
-  std::vector<std::shared_ptr<RequestStream>> second = {
-      engine.submit(greedy(p, 8), nullptr, nullptr)};
+  std::vector<std::shared_ptr<RequestStream>> second = {engine.submit(greedy(p, 8))};
   auto b = drain(engine, second, &f2);
   EXPECT_EQ(a, b);
   EXPECT_EQ(f1[0].cached_prompt_tokens, 0);
@@ -161,12 +156,12 @@ TEST_F(ServingEngineTest, PrefixCacheHitsEveryFullBlockOfASharedPrefix) {
   EXPECT_EQ(m.kv_blocks_used, 0);
 }
 
-TEST_F(ServingEngineTest, CancelFreesBlocksAndStopStringsEndTheText) {
-  ServingOptions so;
-  so.engine.max_context = 256;
-  so.engine.max_sequences = 2;
-  ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
-  auto cancelled = engine.submit(greedy(prompt(20, 1), 100), nullptr, nullptr);
+TEST_F(AsyncEngineTest, CancelFreesBlocksAndStopStringsEndTheText) {
+  AsyncEngineOptions so;
+  so.engine.engine.max_context = 256;
+  so.engine.engine.max_sequences = 2;
+  AsyncEngine engine(model_->weights, model_->tokenizer.get(), so);
+  auto cancelled = engine.submit(greedy(prompt(20, 1), 100));
   engine.step();
   engine.step();
   cancelled->cancel();
@@ -180,7 +175,7 @@ TEST_F(ServingEngineTest, CancelFreesBlocksAndStopStringsEndTheText) {
   // Greedy from BOS writes "Once upon a time, there was..."; stop at ", there".
   GenerationRequest r = greedy({1}, 50);
   r.stop = {", there"};
-  auto s = engine.submit(r, nullptr, nullptr);
+  auto s = engine.submit(r);
   std::vector<std::shared_ptr<RequestStream>> streams = {s};
   std::string text;
   FinishReason reason = FinishReason::None;
@@ -195,30 +190,40 @@ TEST_F(ServingEngineTest, CancelFreesBlocksAndStopStringsEndTheText) {
   EXPECT_EQ(text, " Once upon a time");
 }
 
-TEST_F(ServingEngineTest, RefusesWhatCanNeverFitAndWhenTheQueueIsFull) {
-  ServingOptions so;
-  so.engine.max_context = 64;
+TEST_F(AsyncEngineTest, RefusesWhatCanNeverFitAndWhenTheQueueIsFull) {
+  AsyncEngineOptions so;
+  so.engine.engine.max_context = 64;
   so.max_waiting = 2;
-  ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
-  SubmitError err = SubmitError::None;
-  std::string msg;
-  EXPECT_EQ(engine.submit(greedy(prompt(60, 0), 10), &err, &msg), nullptr);
-  EXPECT_EQ(err, SubmitError::TooLong);
-  EXPECT_NE(msg.find("70"), std::string::npos) << msg;
-  EXPECT_NE(engine.submit(greedy(prompt(5, 0), 4), &err, nullptr), nullptr);
-  EXPECT_NE(engine.submit(greedy(prompt(5, 1), 4), &err, nullptr), nullptr);
-  EXPECT_EQ(engine.submit(greedy(prompt(5, 2), 4), &err, nullptr), nullptr);
-  EXPECT_EQ(err, SubmitError::QueueFull);
+  AsyncEngine engine(model_->weights, model_->tokenizer.get(), so);
+  try {
+    engine.submit(greedy(prompt(60, 0), 10));
+    ADD_FAILURE() << "60 + 10 tokens cannot fit a context of 64";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_EQ(e.field(), "max_tokens");
+    EXPECT_EQ(e.reason(), "context_length_exceeded");
+    EXPECT_NE(std::string(e.what()).find("64"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(engine.submit(greedy(prompt(5, 0), 4)), nullptr);
+  EXPECT_NE(engine.submit(greedy(prompt(5, 1), 4)), nullptr);
+  try {
+    engine.submit(greedy(prompt(5, 2), 4));
+    ADD_FAILURE() << "the queue holds 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::ResourceExhausted);
+    EXPECT_EQ(e.reason(), "queue_full");
+  }
+  EXPECT_EQ(engine.metrics().requests_rejected, 1u);
 }
 
-TEST_F(ServingEngineTest, BackgroundLoopServesAndShutsDownCleanly) {
-  ServingOptions so;
-  so.engine.max_context = 256;
-  so.engine.max_sequences = 4;
-  ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
+TEST_F(AsyncEngineTest, BackgroundLoopServesAndShutsDownCleanly) {
+  AsyncEngineOptions so;
+  so.engine.engine.max_context = 256;
+  so.engine.engine.max_sequences = 4;
+  AsyncEngine engine(model_->weights, model_->tokenizer.get(), so);
   engine.start();
   auto p = prompt(12, 3);
-  auto s = engine.submit(greedy(p, 20), nullptr, nullptr);
+  auto s = engine.submit(greedy(p, 20));
   std::vector<int32_t> got;
   for (;;) {
     auto e = s->pop(std::chrono::milliseconds(5000));
@@ -228,9 +233,12 @@ TEST_F(ServingEngineTest, BackgroundLoopServesAndShutsDownCleanly) {
   }
   EXPECT_EQ(got, reference(p, 20));
   engine.shutdown(false);
-  SubmitError err;
-  EXPECT_EQ(engine.submit(greedy(p, 2), &err, nullptr), nullptr);
-  EXPECT_EQ(err, SubmitError::ShuttingDown);
+  try {
+    engine.submit(greedy(p, 2));
+    ADD_FAILURE() << "submit after shutdown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unavailable);
+  }
 }
 
 }  // namespace

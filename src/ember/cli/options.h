@@ -1,0 +1,59 @@
+// The CLI options shared by ember's commands, declared once: what model to load and how (every
+// model command), how to run it (the commands that run the model: backend, threads, context, KV
+// cache), and how to sample (run, chat). Each command adds the sets it needs to its subcommand, so
+// `--help` of every command lists exactly what it accepts.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ember/core/dtype.h"
+#include "ember/engine/llm_engine.h"
+#include "ember/engine/sampling/sampler.h"
+#include "ember/model/model_loader.h"
+
+namespace ember::cli {
+
+struct ModelOptions {
+  // Which option sets add_to() registers.
+  static constexpr unsigned kModelPositional = 1;  // MODEL is a positional argument (inspect)
+  static constexpr unsigned kRunsModel = 2;        // --backend, -t, -c, --kv-dtype
+
+  std::string model;
+  std::string tokenizer;
+  std::string dtype;
+  bool dummy = false;
+  uint64_t dummy_seed = 1234;
+  bool no_interleave = false;
+  bool no_mmap = false;
+  std::string backend = "cpu";
+  int threads = 0;
+  int64_t context = 0;
+  std::string kv_dtype = "f32";
+
+  void add_to(CLI::App& app, unsigned sets = 0);
+  LoadOptions load_options(bool need_tokenizer) const;
+  // The context and KV cache options as engine options (scheduler defaults).
+  LLMEngineOptions engine_options() const;
+  std::optional<DType> parsed_dtype() const;
+  DType parsed_kv_dtype() const;
+};
+
+struct SamplingOptions {
+  SamplingParams sampling;
+  int64_t seed = -1;  // -1: a random seed, drawn once
+
+  void add_to(CLI::App& app);
+  // The parameters with the seed resolved (the same value on every call).
+  SamplingParams params() const;
+
+ private:
+  mutable std::optional<uint64_t> resolved_seed_;
+};
+
+// Default model when -m is absent: the stories260K fixture beside the repo (or $EMBER_FIXTURES).
+std::string default_model_path();
+
+}  // namespace ember::cli

@@ -1,0 +1,350 @@
+#include "ember/engine/llm_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ember/core/error.h"
+
+namespace ember {
+
+namespace {
+
+constexpr int64_t kDefaultMaxTokens = 256;
+
+double seconds_between(Sequence::Clock::time_point a, Sequence::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+Error too_long(const std::string& field, const std::string& message) {
+  return Error::invalid_request(field, message).with_reason("context_length_exceeded");
+}
+
+// log-softmax of the chosen token and the `top_n` most likely alternatives.
+TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int32_t top_n) {
+  double max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float z : logits) sum += std::exp(z - max);
+  const double log_z = max + std::log(sum);
+  TokenLogprob lp;
+  lp.token = token;
+  lp.logprob = static_cast<float>(logits[static_cast<size_t>(token)] - log_z);
+  if (top_n > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    size_t n = std::min(ids.size(), static_cast<size_t>(top_n));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                      });
+    for (size_t i = 0; i < n; ++i)
+      lp.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - log_z));
+  }
+  return lp;
+}
+
+}  // namespace
+
+LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
+                     const LLMEngineOptions& options)
+    : tokenizer_(tokenizer),
+      runner_(weights, options.engine),
+      scheduler_(options.scheduler, runner_.kv_shape().n_blocks, runner_.kv_shape().block_size,
+                 options.engine.prefix_caching) {
+  update_gauges();
+}
+
+int64_t LLMEngine::max_request_tokens() const {
+  return std::min(runner_.max_context(), kv().n_blocks() * kv().block_size());
+}
+
+int64_t LLMEngine::kv_bytes_in_use() const {
+  return kv().used_blocks() * runner_.kv_shape().bytes_per_block();
+}
+
+std::unique_ptr<Sequence> LLMEngine::make_sequence(GenerationRequest request) const {
+  const auto n_prompt = static_cast<int64_t>(request.prompt.size());
+  const int64_t limit = max_request_tokens();
+  if (n_prompt == 0) {
+    throw Error::invalid_request("prompt", "the prompt has no tokens (enable BOS or give text)");
+  }
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= vocab_size()) {
+      throw Error::invalid_request("prompt", "token id " + std::to_string(t) +
+                                                 " is outside the vocabulary (size " +
+                                                 std::to_string(vocab_size()) + ")");
+    }
+  }
+  if (n_prompt > limit || (n_prompt == limit && request.max_tokens != 0)) {
+    throw too_long("prompt", "the prompt has " + std::to_string(n_prompt) +
+                                 " tokens but the context holds " + std::to_string(limit));
+  }
+  int64_t max_tokens = request.max_tokens;
+  if (max_tokens < 0) max_tokens = std::min(kDefaultMaxTokens, limit - n_prompt);
+  if (request.stop_at_context) max_tokens = std::min(max_tokens, limit - n_prompt);
+  if (n_prompt + max_tokens > limit) {
+    throw too_long("max_tokens",
+                   "max_tokens " + std::to_string(max_tokens) + " + " + std::to_string(n_prompt) +
+                       " prompt tokens exceed the context of " + std::to_string(limit) + " tokens");
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->id = next_id_.fetch_add(1);
+  seq->arrival = next_arrival_.fetch_add(1);
+  seq->tokens = request.prompt;
+  seq->n_prompt = n_prompt;
+  seq->max_tokens = max_tokens;
+  seq->sampler = std::make_unique<Sampler>(request.sampling, static_cast<int32_t>(vocab_size()));
+  seq->detokenizer = Detokenizer(tokenizer_, request.stop, request.strip_leading_space);
+  seq->stream = std::make_shared<RequestStream>(seq->id);
+  seq->request = std::move(request);
+  seq->arrival_time = Sequence::Clock::now();
+  return seq;
+}
+
+std::shared_ptr<RequestStream> LLMEngine::add(std::unique_ptr<Sequence> seq) {
+  std::shared_ptr<RequestStream> stream = seq->stream;
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    ++metrics_.requests_total;
+    metrics_.prompt_tokens_total += static_cast<uint64_t>(seq->n_prompt);
+  }
+  if (seq->request.session != 0) resume_session(*seq);
+  scheduler_.add(std::move(seq));
+  return stream;
+}
+
+// The session's kept blocks become this sequence's, cut to the token prefix the two share (the
+// prompt's last token always runs: its logits are needed).
+void LLMEngine::resume_session(Sequence& seq) {
+  auto it = sessions_.find(seq.request.session);
+  if (it == sessions_.end()) return;
+  SessionCache cache = std::move(it->second);
+  sessions_.erase(it);
+  int64_t common = 0;
+  const auto limit = std::min<int64_t>(static_cast<int64_t>(cache.tokens.size()), seq.n_prompt - 1);
+  while (common < limit &&
+         cache.tokens[static_cast<size_t>(common)] == seq.tokens[static_cast<size_t>(common)]) {
+    ++common;
+  }
+  scheduler_.truncate(cache.table, common);
+  seq.block_table = std::move(cache.table);
+  seq.n_cached = common;
+  seq.cached_prompt_tokens = common;
+  seq.prefix_looked_up = true;
+}
+
+void LLMEngine::keep_session(Sequence* seq) {
+  end_session(seq->request.session);
+  std::unique_ptr<Sequence> done = scheduler_.remove(seq, /*keep_blocks=*/true);
+  SessionCache& cache = sessions_[done->request.session];
+  cache.table = std::move(done->block_table);
+  cache.tokens.assign(done->tokens.begin(), done->tokens.begin() + done->n_cached);
+}
+
+void LLMEngine::end_session(int64_t session) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  scheduler_.release(it->second.table);
+  sessions_.erase(it);
+}
+
+std::shared_ptr<RequestStream> LLMEngine::add_request(GenerationRequest request) {
+  return add(make_sequence(std::move(request)));
+}
+
+void LLMEngine::drop_cancelled() {
+  std::vector<Sequence*> gone;
+  for (const auto& s : scheduler_.running())
+    if (s->stream->cancelled()) gone.push_back(s.get());
+  for (const auto& s : scheduler_.waiting())
+    if (s->stream->cancelled()) gone.push_back(s.get());
+  for (Sequence* s : gone) finish(s, FinishReason::Cancelled);
+}
+
+void LLMEngine::finish_all(FinishReason reason, const std::string& error) {
+  std::vector<Sequence*> all;
+  for (const auto& s : scheduler_.running()) all.push_back(s.get());
+  for (const auto& s : scheduler_.waiting()) all.push_back(s.get());
+  for (Sequence* s : all) finish(s, reason, error);
+}
+
+void LLMEngine::fail_unfittable(std::vector<std::unique_ptr<Sequence>>& failed) {
+  for (auto& f : failed) {
+    StreamEvent e;
+    e.finished = true;
+    e.finish_reason = FinishReason::Error;
+    e.error = "the prompt does not fit in the KV cache";
+    e.prompt_tokens = f->n_prompt;
+    f->stream->push(std::move(e));
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    ++metrics_.requests_finished;
+  }
+}
+
+bool LLMEngine::step() {
+  drop_cancelled();
+  if (scheduler_.idle()) {
+    update_gauges();
+    return false;
+  }
+  std::vector<std::unique_ptr<Sequence>> failed;
+  const std::vector<ScheduledChunk> chunks = scheduler_.schedule(failed);
+  fail_unfittable(failed);
+  if (chunks.empty()) {
+    update_gauges();
+    return !failed.empty();
+  }
+  build_batch(chunks);
+  const std::span<const float> logits = runner_.run(batch_);
+  for (const ScheduledChunk& c : chunks) scheduler_.commit(c);
+  deliver(chunks, logits);
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    ++metrics_.steps_total;
+  }
+  update_gauges();
+  return true;
+}
+
+// The step's tokens, sequence after sequence; logits for a chunk's last token when it completes
+// the sequence (to sample), and for every prompt position of a scoring request.
+void LLMEngine::build_batch(const std::vector<ScheduledChunk>& chunks) {
+  batch_.clear();
+  for (const ScheduledChunk& c : chunks) {
+    const Sequence& s = *c.seq;
+    const auto first_row = static_cast<int32_t>(batch_.tokens.size());
+    const auto begin = s.tokens.begin() + s.n_cached;
+    batch_.tokens.insert(batch_.tokens.end(), begin, begin + c.n_tokens);
+    batch_.sequences.push_back({s.block_table.blocks.data(), s.n_cached, c.n_tokens});
+    const bool all_rows = s.request.prompt_logits && !s.prefilled();
+    for (int64_t i = 0; i < c.n_tokens; ++i) {
+      if (all_rows || (c.completes && i == c.n_tokens - 1)) {
+        batch_.logit_rows.push_back(first_row + static_cast<int32_t>(i));
+      }
+    }
+  }
+}
+
+// Hands each chunk's logits rows to its sequence: prompt rows to a scoring stream, the last row to
+// the sampler. The rows follow build_batch's order. (n_cached already counts this step's tokens.)
+void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<const float> logits) {
+  const auto V = static_cast<size_t>(vocab_size());
+  size_t row = 0;
+  for (const ScheduledChunk& c : chunks) {
+    Sequence& s = *c.seq;
+    const int64_t start = s.n_cached - c.n_tokens;
+    const bool all_rows = s.request.prompt_logits && start < s.n_prompt;
+    const auto n_rows = static_cast<size_t>(all_rows ? c.n_tokens : (c.completes ? 1 : 0));
+    const std::span<const float> rows = logits.subspan(row * V, n_rows * V);
+    row += n_rows;
+    // A preempted sequence recomputes its prompt: rows already sent are not sent again.
+    const int64_t skip = std::max<int64_t>(0, s.prompt_logit_rows_sent - start);
+    if (all_rows && skip < c.n_tokens) {
+      StreamEvent e;
+      e.prompt_logits.assign(rows.begin() + static_cast<std::ptrdiff_t>(skip * V), rows.end());
+      s.prompt_logit_rows_sent = start + c.n_tokens;
+      s.stream->push(std::move(e));
+    }
+    if (c.completes) sample_next(s, rows.subspan(rows.size() - V, V));
+  }
+}
+
+void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
+  const GenerationRequest& req = s.request;
+  if (s.n_generated() >= s.max_tokens) {  // max_tokens 0: the prompt only (scoring)
+    finish(&s, FinishReason::Length);
+    return;
+  }
+  const int32_t token = s.sampler->sample(logits, s.tokens, static_cast<size_t>(s.n_prompt));
+  const auto now = Sequence::Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    if (s.n_generated() == 0) {
+      metrics_.ttft_seconds.observe(seconds_between(s.arrival_time, now));
+    } else {
+      metrics_.inter_token_seconds.observe(seconds_between(s.last_token_time, now));
+    }
+  }
+  if (s.n_generated() == 0) s.first_token_time = now;
+  s.last_token_time = now;
+  const int32_t eos = tokenizer_ ? tokenizer_->eos_id() : -1;
+  if (token == eos && !req.ignore_eos) {
+    finish(&s, FinishReason::Stop);
+    return;
+  }
+  StreamEvent e;
+  e.tokens.push_back(token);
+  if (req.logprobs >= 0) e.logprobs.push_back(logprob_of(logits, token, req.logprobs));
+  s.tokens.push_back(token);
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    ++metrics_.generation_tokens_total;
+  }
+  bool stopped = false;
+  e.text = s.detokenizer.push(token, &stopped);
+  s.stream->push(std::move(e));
+  if (stopped) {
+    finish(&s, FinishReason::Stop);
+  } else if (s.n_generated() >= s.max_tokens ||
+             static_cast<int64_t>(s.tokens.size()) >= max_request_tokens()) {
+    finish(&s, FinishReason::Length);
+  }
+}
+
+void LLMEngine::finish(Sequence* s, FinishReason reason, const std::string& error) {
+  StreamEvent e;
+  e.finished = true;
+  e.finish_reason = reason;
+  e.error = error;
+  if (reason != FinishReason::Cancelled) {
+    e.text = s->detokenizer.flush();
+    if (s->detokenizer.stopped()) e.finish_reason = FinishReason::Stop;
+  }
+  e.prompt_tokens = s->n_prompt;
+  e.completion_tokens = s->n_generated();
+  e.cached_prompt_tokens = s->cached_prompt_tokens;
+  s->stream->push(std::move(e));
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    ++metrics_.requests_finished;
+    if (reason == FinishReason::Cancelled) ++metrics_.requests_cancelled;
+  }
+  // Frees the blocks (or keeps them for the request's session); the sequence is destroyed here.
+  if (s->request.session != 0 && (reason == FinishReason::Stop || reason == FinishReason::Length)) {
+    keep_session(s);
+  } else {
+    scheduler_.remove(s);
+  }
+}
+
+void LLMEngine::update_gauges() {
+  const KvBlockManager& kv = scheduler_.kv();
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  metrics_.running = static_cast<int64_t>(scheduler_.running().size());
+  metrics_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
+  metrics_.kv_blocks_total = kv.n_blocks();
+  metrics_.kv_blocks_used = kv.used_blocks();
+  metrics_.kv_blocks_cached = kv.cached_blocks();
+  metrics_.kv_blocks_free = kv.available_blocks() - kv.cached_blocks();
+  metrics_.prefix_queried_blocks = kv.stats().queried_blocks;
+  metrics_.prefix_hit_blocks = kv.stats().hit_blocks;
+  metrics_.preemptions_total = scheduler_.preemptions();
+}
+
+ServingMetrics LLMEngine::metrics() const {
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  return metrics_;
+}
+
+void run_until_finished(LLMEngine& engine, RequestStream& stream,
+                        const std::function<void(StreamEvent&)>& on_event) {
+  for (;;) {
+    const bool worked = engine.step();
+    while (std::optional<StreamEvent> e = stream.pop(std::chrono::milliseconds(0))) {
+      on_event(*e);
+      if (e->finished) return;
+    }
+    if (!worked) throw Error("engine: idle before the request finished");
+  }
+}
+
+}  // namespace ember

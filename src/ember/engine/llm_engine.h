@@ -1,0 +1,103 @@
+// The one generation loop. Every command that generates or scores (run, chat, serve through
+// AsyncEngine, bench, score) adds requests and calls step():
+//   schedule (Scheduler: which tokens of which sequences, KV blocks reserved)
+//   -> forward (ModelRunner: one Batch through the model)
+//   -> sample (each sequence's Sampler on its logits row)
+//   -> update (Detokenizer text and stop strings, max_tokens / EOS / context, events to the
+//   stream).
+// A request is one Sequence from add_request() to its final event. Not thread-safe: one thread
+// drives it (AsyncEngine's loop for the server); metrics() may be read from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ember/backend/batch.h"
+#include "ember/engine/metrics.h"
+#include "ember/engine/model_runner.h"
+#include "ember/engine/request.h"
+#include "ember/engine/scheduler.h"
+#include "ember/engine/sequence.h"
+#include "ember/tokenizer/tokenizer.h"
+
+namespace ember {
+
+struct LLMEngineOptions {
+  EngineOptions engine;       // context, KV pool size, block size, prefix caching, KV dtype
+  SchedulerConfig scheduler;  // token budget, max sequences
+};
+
+class LLMEngine {
+ public:
+  // tokenizer may be null: no text (token ids only) and no EOS stop.
+  LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
+            const LLMEngineOptions& options);
+
+  // Checks a request and makes its Sequence; the one place where a request's max_tokens and
+  // context fit are decided. Throws ember::Error (InvalidArgument naming the field, with reason
+  // "context_length_exceeded" when it cannot fit) when refused. Thread-safe.
+  std::unique_ptr<Sequence> make_sequence(GenerationRequest request) const;
+  // Queues a sequence made by make_sequence; returns its stream.
+  std::shared_ptr<RequestStream> add(std::unique_ptr<Sequence> seq);
+  std::shared_ptr<RequestStream> add_request(GenerationRequest request);
+
+  // Gives back the K/V a session kept (GenerationRequest::session).
+  void end_session(int64_t session);
+
+  // One schedule -> forward -> sample -> update step. Returns false when there was nothing to do.
+  bool step();
+  bool idle() const { return scheduler_.idle(); }
+  // Finishes every request in flight with `reason` (an engine failure, shutdown).
+  void finish_all(FinishReason reason, const std::string& error = "");
+
+  ServingMetrics metrics() const;
+  int64_t waiting() const { return static_cast<int64_t>(scheduler_.waiting().size()); }
+  int64_t max_context() const { return runner_.max_context(); }
+  // Largest prompt + generation one request may hold.
+  int64_t max_request_tokens() const;
+  int64_t vocab_size() const { return runner_.vocab_size(); }
+  const ModelRunner& runner() const { return runner_; }
+  const KvBlockManager& kv() const { return scheduler_.kv(); }
+  int64_t kv_bytes_in_use() const;
+
+ private:
+  void drop_cancelled();
+  void fail_unfittable(std::vector<std::unique_ptr<Sequence>>& failed);
+  void build_batch(const std::vector<ScheduledChunk>& chunks);
+  void deliver(const std::vector<ScheduledChunk>& chunks, std::span<const float> logits);
+  void sample_next(Sequence& s, std::span<const float> logits);
+  void finish(Sequence* s, FinishReason reason, const std::string& error = "");
+  void update_gauges();
+  void resume_session(Sequence& seq);
+  void keep_session(Sequence* seq);
+
+  // What a session kept of its last request: the blocks and the tokens whose K/V they hold.
+  struct SessionCache {
+    KvBlockTable table;
+    std::vector<int32_t> tokens;
+  };
+
+  const Tokenizer* tokenizer_;
+  ModelRunner runner_;
+  Scheduler scheduler_;
+  Batch batch_;
+  std::unordered_map<int64_t, SessionCache> sessions_;
+  mutable std::atomic<int64_t> next_id_{1};
+  mutable std::atomic<uint64_t> next_arrival_{0};
+  mutable std::mutex metrics_mutex_;
+  ServingMetrics metrics_;
+};
+
+// Steps `engine` until the request behind `stream` has finished, handing each of its events to
+// on_event in order (single-request commands: run, chat, score).
+void run_until_finished(LLMEngine& engine, RequestStream& stream,
+                        const std::function<void(StreamEvent&)>& on_event);
+
+}  // namespace ember

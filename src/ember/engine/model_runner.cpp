@@ -1,0 +1,40 @@
+#include "ember/engine/model_runner.h"
+
+#include <algorithm>
+
+namespace ember {
+
+namespace {
+
+int64_t resolve_context(const ModelWeights& w, const EngineOptions& o) {
+  int64_t model_max =
+      w.config.max_position_embeddings > 0 ? w.config.max_position_embeddings : 4096;
+  return o.max_context > 0 ? o.max_context : std::min<int64_t>(model_max, 4096);
+}
+
+KvShape make_kv_shape(const ModelWeights& w, const EngineOptions& o, int64_t context) {
+  KvShape s;
+  s.n_layers = w.config.n_layers;
+  s.block_size = o.block_size;
+  s.n_kv_heads = w.config.n_kv_heads;
+  s.head_dim = w.config.head_dim;
+  s.dtype = o.kv_dtype;
+  int64_t per_seq = (context + o.block_size - 1) / o.block_size;
+  s.n_blocks = o.kv_blocks > 0 ? o.kv_blocks : per_seq * std::max<int64_t>(1, o.max_sequences);
+  return s;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const ModelWeights& weights, const EngineOptions& options)
+    : weights_(weights),
+      max_context_(resolve_context(weights, options)),
+      kv_(weights.backend->allocate_kv(make_kv_shape(weights, options, max_context_))),
+      model_(weights) {}
+
+std::span<const float> ModelRunner::run(Batch& batch) {
+  batch.finalize();
+  return model_.forward(batch, *kv_);
+}
+
+}  // namespace ember

@@ -1,0 +1,48 @@
+// The model and its KV cache, ready to run steps: the KV storage (allocated by the model's
+// backend for the engine's cache shape) and the family's forward pass. run() executes one Batch;
+// which blocks a batch may write is the scheduler's business (it reserved them), so the runner
+// keeps no books.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "ember/backend/backend.h"
+#include "ember/model/llama.h"
+#include "ember/model/weights.h"
+
+namespace ember {
+
+// The KV cache and context an engine is built for.
+struct EngineOptions {
+  int64_t max_context = 0;    // per sequence; 0: min(model's max positions, 4096)
+  int64_t max_sequences = 1;  // sizes the KV pool together with max_context
+  int64_t block_size = 16;    // tokens per KV block
+  int64_t kv_blocks = 0;      // 0: enough for max_sequences x max_context
+  bool prefix_caching = false;
+  DType kv_dtype = DType::F32;  // KV cache storage: F32, or F16 (half the memory and traffic)
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(const ModelWeights& weights, const EngineOptions& options);
+
+  // Runs one step (finalizing the batch); returns logits [batch.logit_rows.size(), vocab] in host
+  // memory, valid until the next call.
+  std::span<const float> run(Batch& batch);
+
+  const ModelWeights& weights() const { return weights_; }
+  const KvShape& kv_shape() const { return kv_->shape(); }
+  int64_t max_context() const { return max_context_; }
+  int64_t vocab_size() const { return weights_.config.vocab_size; }
+  int n_threads() const { return weights_.backend->info().threads; }
+
+ private:
+  const ModelWeights& weights_;
+  int64_t max_context_;
+  std::unique_ptr<KvStorage> kv_;
+  LlamaModel model_;
+};
+
+}  // namespace ember

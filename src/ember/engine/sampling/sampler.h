@@ -1,0 +1,48 @@
+// Turns one row of logits into a token, as one chain of logits processors: penalties (repetition
+// over the recent tokens, OpenAI presence / frequency over the generated ones) -> greedy
+// (temperature 0) or top-k -> top-p -> min-p -> temperature -> seeded draw. Every sampling
+// decision of every command lives here. Same seed + same logits sequence -> same tokens.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace ember {
+
+struct SamplingParams {
+  float temperature = 0.8f;        // 0 = greedy (argmax)
+  int32_t top_k = 40;              // <= 0: disabled
+  float top_p = 0.95f;             // >= 1: disabled
+  float min_p = 0.05f;             // <= 0: disabled; keeps tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;     // 1: disabled; CTRL-style: logit>0 ? logit/r : logit*r
+  int32_t repeat_last_n = 64;      // how many recent tokens the penalty looks at
+  float presence_penalty = 0.0f;   // OpenAI: subtracted once from every generated token's logit
+  float frequency_penalty = 0.0f;  // OpenAI: times the token's count among the generated ones
+  uint64_t seed = 0xE3BE2;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int32_t vocab_size);
+  // `logits`: [vocab_size]; `history`: the sequence's tokens so far (prompt + generated), of which
+  // the first n_prompt are the prompt (presence / frequency penalties count only the rest).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history,
+                 size_t n_prompt = 0);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  int32_t vocab_size_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // scratch: (logit or prob, token)
+  std::vector<int32_t> scratch_tokens_;
+
+  void apply_penalties(std::span<const int32_t> history, size_t n_prompt);
+};
+
+// Index of the largest value; ties go to the lowest index.
+int32_t argmax(std::span<const float> values);
+
+}  // namespace ember

@@ -1,0 +1,188 @@
+// LLMEngine decides a request's length in one place and serves scoring through the same loop:
+// prompt logits equal a hand-fed forward step, max_tokens defaults to what the context leaves,
+// stop_at_context ends with "length" instead of refusing, and the penalties live in the sampler.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ember/core/error.h"
+#include "ember/engine/llm_engine.h"
+#include "ember/model/model_loader.h"
+#include "test_util.h"
+#include "unit/engine/step_engine.h"
+
+namespace ember {
+namespace {
+
+class LLMEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto path = test::fixture("models/stories260K/stories260K.gguf");
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "fixture not found: " << path;
+    LoadOptions o;
+    o.path = path.string();
+    model_ = std::make_unique<LoadedModel>(load_model(o));
+  }
+
+  std::vector<int32_t> prompt(int n) const {
+    std::vector<int32_t> p = {1};
+    for (int i = 1; i < n; ++i) p.push_back(3 + (i * 37) % 500);
+    return p;
+  }
+
+  // Every event of one request, stepping the engine until it finishes.
+  std::vector<StreamEvent> run(LLMEngine& engine, GenerationRequest r) {
+    std::vector<StreamEvent> events;
+    auto stream = engine.add_request(std::move(r));
+    run_until_finished(engine, *stream, [&](StreamEvent& e) { events.push_back(e); });
+    return events;
+  }
+
+  std::unique_ptr<LoadedModel> model_;
+};
+
+TEST_F(LLMEngineTest, ScoringDeliversEveryPromptRowOnceAndGeneratesNothing) {
+  const std::vector<int32_t> p = prompt(40);
+  const auto V = static_cast<size_t>(model_->weights.config.vocab_size);
+  EngineOptions eo;
+  eo.max_context = 64;
+  test::StepEngine by_hand(model_->weights, eo);
+  Sequence seq;
+  std::span<const float> z = by_hand.feed(seq, p, /*all_logits=*/true);
+  const std::vector<float> want(z.begin(), z.end());
+  for (int64_t budget : {int64_t{40}, int64_t{7}}) {  // one step; chunks of 7 over six steps
+    SCOPED_TRACE("max_batched_tokens " + std::to_string(budget));
+    LLMEngineOptions lo;
+    lo.engine.max_context = 64;
+    lo.scheduler.max_batched_tokens = budget;
+    LLMEngine engine(model_->weights, nullptr, lo);
+    GenerationRequest r;
+    r.prompt = p;
+    r.max_tokens = 0;
+    r.prompt_logits = true;
+    std::vector<float> got;
+    int64_t generated = 0;
+    FinishReason reason = FinishReason::None;
+    for (StreamEvent& e : run(engine, r)) {
+      got.insert(got.end(), e.prompt_logits.begin(), e.prompt_logits.end());
+      generated += static_cast<int64_t>(e.tokens.size());
+      if (e.finished) reason = e.finish_reason;
+    }
+    EXPECT_EQ(generated, 0);
+    EXPECT_EQ(reason, FinishReason::Length);
+    ASSERT_EQ(got.size(), p.size() * V);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      worst = std::max<double>(worst, std::fabs(got[i] - want[i]));
+    if (budget == 40) {
+      EXPECT_EQ(worst, 0.0) << "the same single step must give the same bits";
+    } else {
+      EXPECT_LT(worst, 1e-4) << "chunks only reassociate sums";
+    }
+    EXPECT_EQ(engine.kv().used_blocks(), 0);
+  }
+}
+
+TEST_F(LLMEngineTest, MaxTokensIsDecidedAtArrival) {
+  LLMEngineOptions lo;
+  lo.engine.max_context = 64;
+  LLMEngine engine(model_->weights, nullptr, lo);
+  GenerationRequest r;
+  r.prompt = prompt(10);
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  // Unset: what the context leaves (54 < the default 256).
+  EXPECT_EQ(engine.make_sequence(r)->max_tokens, 54);
+  // Too many: refused, naming the field.
+  r.max_tokens = 55;
+  try {
+    engine.make_sequence(r);
+    ADD_FAILURE() << "10 + 55 > 64";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "max_tokens");
+    EXPECT_EQ(e.reason(), "context_length_exceeded");
+  }
+  // stop_at_context: accepted, and generation ends with "length" when the context is full.
+  r.stop_at_context = true;
+  int64_t generated = 0;
+  FinishReason reason = FinishReason::None;
+  for (StreamEvent& e : run(engine, r)) {
+    generated += static_cast<int64_t>(e.tokens.size());
+    if (e.finished) reason = e.finish_reason;
+  }
+  EXPECT_EQ(generated, 54);
+  EXPECT_EQ(reason, FinishReason::Length);
+  // Bad prompts.
+  r.prompt = {};
+  EXPECT_THROW(engine.make_sequence(r), Error);
+  r.prompt = {1, 100000};
+  EXPECT_THROW(engine.make_sequence(r), Error);
+}
+
+TEST_F(LLMEngineTest, PresencePenaltyKeepsGreedyFromRepeatingItself) {
+  LLMEngineOptions lo;
+  lo.engine.max_context = 128;
+  LLMEngine engine(model_->weights, nullptr, lo);
+  GenerationRequest r;
+  r.prompt = {1};
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  r.max_tokens = 40;
+  auto tokens_of = [&](const GenerationRequest& req) {
+    std::vector<int32_t> out;
+    for (StreamEvent& e : run(engine, req)) out.insert(out.end(), e.tokens.begin(), e.tokens.end());
+    return out;
+  };
+  const std::vector<int32_t> plain = tokens_of(r);
+  r.sampling.presence_penalty = 2.0f;  // large enough to forbid any repeat on this tiny model
+  const std::vector<int32_t> penalised = tokens_of(r);
+  ASSERT_EQ(plain.size(), 40u);
+  ASSERT_EQ(penalised.size(), 40u);
+  auto distinct = [](std::vector<int32_t> v) {
+    std::sort(v.begin(), v.end());
+    return std::unique(v.begin(), v.end()) - v.begin();
+  };
+  EXPECT_LT(distinct(plain), 40) << "greedy stories260K repeats tokens within 40";
+  EXPECT_GT(distinct(penalised), distinct(plain));
+}
+
+TEST_F(LLMEngineTest, ASessionResumesFromTheTokensItShares) {
+  LLMEngineOptions lo;
+  lo.engine.max_context = 128;
+  LLMEngine engine(model_->weights, nullptr, lo);
+  auto greedy = [&](std::vector<int32_t> p, int64_t session) {
+    GenerationRequest r;
+    r.prompt = std::move(p);
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    r.max_tokens = 12;
+    r.session = session;
+    std::vector<int32_t> out;
+    int64_t reused = -1;
+    for (StreamEvent& e : run(engine, r)) {
+      out.insert(out.end(), e.tokens.begin(), e.tokens.end());
+      if (e.finished) reused = e.cached_prompt_tokens;
+    }
+    return std::pair(out, reused);
+  };
+  const std::vector<int32_t> first = prompt(30);
+  const auto [reply, reused0] = greedy(first, 7);
+  EXPECT_EQ(reused0, 0);
+  EXPECT_GT(engine.kv().used_blocks(), 0) << "the session keeps its blocks";
+  // The next turn: the first turn's tokens, its reply (all but the last token, which never ran),
+  // then new ones that diverge.
+  std::vector<int32_t> next = first;
+  next.insert(next.end(), reply.begin(), reply.end() - 1);
+  next.push_back(77);
+  next.push_back(78);
+  const auto [resumed, reused1] = greedy(next, 7);
+  EXPECT_EQ(reused1, static_cast<int64_t>(first.size() + reply.size() - 1));
+  const auto [fresh, reused2] = greedy(next, 0);  // no session: computed from scratch
+  EXPECT_EQ(reused2, 0);
+  EXPECT_EQ(resumed, fresh);
+  engine.end_session(7);
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,92 @@
+// A test harness over ModelRunner + KvBlockManager that feeds chosen tokens of chosen sequences
+// through one forward step and returns their logits: what the forward-pass tests need to compare
+// prefill with decode, chunked with whole, cached with recomputed. The product's only loop is
+// LLMEngine (it schedules; tests here pick the batches themselves).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ember/backend/batch.h"
+#include "ember/core/error.h"
+#include "ember/engine/model_runner.h"
+#include "ember/engine/sequence.h"
+#include "ember/kv/kv_block_manager.h"
+
+namespace ember::test {
+
+struct FeedRequest {
+  Sequence* sequence = nullptr;
+  std::span<const int32_t> tokens;  // appended to sequence->tokens and run
+  bool all_logits = false;          // logits for every new token, else only for the last
+  bool wants_logits = true;         // false: no logits at all
+};
+
+class StepEngine {
+ public:
+  StepEngine(const ModelWeights& weights, const EngineOptions& options)
+      : runner_(weights, options),
+        kv_(runner_.kv_shape().n_blocks, runner_.kv_shape().block_size, options.prefix_caching) {}
+
+  std::span<const float> feed(Sequence& seq, std::span<const int32_t> tokens,
+                              bool all_logits = false) {
+    FeedRequest request{&seq, tokens, all_logits};
+    return feed(std::span<FeedRequest>(&request, 1));
+  }
+
+  std::span<const float> feed(std::span<FeedRequest> requests) {
+    batch_.clear();
+    for (const FeedRequest& r : requests) {
+      Sequence& seq = *r.sequence;
+      const int64_t new_len = seq.n_cached + static_cast<int64_t>(r.tokens.size());
+      if (new_len > runner_.max_context()) throw Error("context full");
+      if (!kv_.reserve(seq.block_table, new_len)) throw Error("KV cache exhausted");
+    }
+    for (const FeedRequest& r : requests) {
+      Sequence& seq = *r.sequence;
+      const auto first_row = static_cast<int32_t>(batch_.tokens.size());
+      const auto n = static_cast<int64_t>(r.tokens.size());
+      batch_.tokens.insert(batch_.tokens.end(), r.tokens.begin(), r.tokens.end());
+      batch_.sequences.push_back({seq.block_table.blocks.data(), seq.n_cached, n});
+      if (n > 0 && r.wants_logits) {
+        for (int64_t i = r.all_logits ? 0 : n - 1; i < n; ++i)
+          batch_.logit_rows.push_back(first_row + static_cast<int32_t>(i));
+      }
+    }
+    const std::span<const float> logits = runner_.run(batch_);
+    for (const FeedRequest& r : requests) {
+      Sequence& seq = *r.sequence;
+      seq.tokens.resize(static_cast<size_t>(seq.n_cached));  // drop anything not yet cached
+      seq.tokens.insert(seq.tokens.end(), r.tokens.begin(), r.tokens.end());
+      seq.n_cached += static_cast<int64_t>(r.tokens.size());
+      kv_.commit(seq.block_table, seq.tokens);
+    }
+    return logits;
+  }
+
+  // Attaches the prefix-cached blocks of `prompt` to a fresh sequence; returns the tokens cached.
+  int64_t attach_cached_prefix(Sequence& seq, std::span<const int32_t> prompt) {
+    const int64_t n = kv_.match_prefix(seq.block_table, prompt);
+    seq.tokens.assign(prompt.begin(), prompt.begin() + n);
+    seq.n_cached = n;
+    return n;
+  }
+
+  void release(Sequence& seq) {
+    kv_.release(seq.block_table);
+    seq.n_cached = 0;
+  }
+
+  const KvBlockManager& kv() const { return kv_; }
+  int64_t max_context() const { return runner_.max_context(); }
+  int64_t vocab_size() const { return runner_.vocab_size(); }
+
+ private:
+  ModelRunner runner_;
+  KvBlockManager kv_;
+  Batch batch_;
+};
+
+}  // namespace ember::test
