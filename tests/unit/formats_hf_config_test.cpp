@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/core/error.h"
-#include "ember/formats/hf_config.h"
+#include "ember/model/model_config_sources.h"
 #include "format_writers.h"
 #include "test_util.h"
 

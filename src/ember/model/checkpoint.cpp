@@ -7,9 +7,8 @@
 
 #include "ember/core/error.h"
 #include "ember/formats/gguf.h"
-#include "ember/formats/hf_config.h"
-#include "ember/formats/llama2c.h"
 #include "ember/formats/safetensors.h"
+#include "ember/model/model_config_sources.h"
 #include "ember/model/tensor_names.h"
 #include "ember/tokenizer/load_tokenizer.h"
 

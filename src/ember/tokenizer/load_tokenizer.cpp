@@ -29,7 +29,7 @@ bool has_gguf_magic(const fs::path& path) {
 std::unique_ptr<Tokenizer> load_llama2c_model_tokenizer(const fs::path& model_path,
                                                         const std::string& tokenizer_path) {
   // tokenizer.bin stores no vocabulary size; the checkpoint header is the only source of it.
-  const int64_t vocab_size = load_llama2c_checkpoint(model_path.string()).config.vocab_size;
+  const int64_t vocab_size = open_llama2c_file(model_path.string()).header.vocab_size;
   const std::string path =
       tokenizer_path.empty() ? find_llama2c_tokenizer(model_path, vocab_size) : tokenizer_path;
   if (path.empty()) {
