@@ -13,10 +13,10 @@
 #include <random>
 #include <vector>
 
+#include "ember/backend/cpu/kernels.h"
+#include "ember/backend/cpu/weight_layout.h"
 #include "ember/core/dtype.h"
-#include "ember/kernels/cpu/kernels.h"
-#include "ember/kernels/cpu/quantize.h"
-#include "ember/kernels/cpu/weight_layout.h"
+#include "ember/core/quantize.h"
 
 namespace {
 
@@ -41,7 +41,7 @@ void BM_Matmul(benchmark::State& state) {
   std::vector<uint8_t> w(static_cast<size_t>(cpu::weight_matrix_bytes(dtype, N, K, layout)));
   {
     const auto row = random_floats(K, 1);  // one row repeated: contents do not matter for speed
-    for (int64_t n = 0; n < N; ++n) cpu::convert_row(row.data(), dtype, &w[n * row_bytes], K);
+    for (int64_t n = 0; n < N; ++n) convert_row(row.data(), dtype, &w[n * row_bytes], K);
   }
   cpu::WeightMatrix wm{dtype, w.data(), N, K, row_bytes};
   if (layout == cpu::WeightLayout::Interleaved8) wm = cpu::interleave_rows(wm, w.data());

@@ -22,7 +22,6 @@ std::vector<float> all_logits(const std::string& path, const std::vector<int32_t
   o.load_tokenizer = false;
   LoadedModel m = load_model(o);
   EngineOptions eo;
-  eo.n_threads = 2;
   eo.max_context = 64;
   Engine engine(m.weights, eo);
   Sequence seq;

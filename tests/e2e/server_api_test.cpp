@@ -265,6 +265,31 @@ TEST_F(ServerApi, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
   EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
+// Every error path answers in one shape; a bad field is named in "param", and the reasons a
+// client may branch on are in "code".
+TEST_F(ServerApi, ErrorsNameTheBadFieldInParam) {
+  auto bad = test::post_json(
+      port_, "/v1/chat/completions",
+      {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"temperature", 7}});
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(json::parse(bad.body),
+            json({{"error",
+                   {{"message", "'temperature' must be between 0 and 2, got 7"},
+                    {"type", "invalid_request_error"},
+                    {"param", "temperature"},
+                    {"code", nullptr}}}}));
+
+  auto too_long =
+      test::post_json(port_, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 100000}});
+  expect_error(too_long, 400, "max_tokens");
+  EXPECT_EQ(json::parse(too_long.body)["error"]["code"], "context_length_exceeded");
+
+  auto no_route = test::http_get(port_, "/v1/nothing");
+  expect_error(no_route, 404);
+  EXPECT_EQ(json::parse(no_route.body)["error"]["code"], "not_found");
+  EXPECT_TRUE(json::parse(no_route.body)["error"]["param"].is_null());
+}
+
 // `serve --kv-dtype f16` runs on an f16 cache (named in its startup line) and its greedy completion
 // equals `ember run --kv-dtype f16` for the same prompt.
 TEST(ServerKvDtype, F16CacheCompletionEqualsEmberRunWithF16Cache) {

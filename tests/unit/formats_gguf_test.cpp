@@ -474,5 +474,51 @@ TEST(GgufErrors, TensorDirectoryCorruption) {
             {"tensor big", "larger than the file"}});
 }
 
+// The error a corrupted small file gives, whole (kind and context, not just the message).
+Error case_error(const Case& c) {
+  GgufWriter w = small_writer();
+  if (c.edit_writer) c.edit_writer(w);
+  Bytes bytes = w.build();
+  if (c.edit_bytes) c.edit_bytes(bytes, w);
+  const std::string path = write_file(std::string("gguf-kind-") + c.name, "c.gguf", bytes);
+  try {
+    GgufFile f(path);
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << c.name << ": no error";
+  return Error("no error");
+}
+
+TEST(GgufErrors, KindFileAndTensorTravelWithTheMessage) {
+  Error magic = case_error({"magic", nullptr, [](Bytes& b, const GgufWriter&) { b[0] = 'X'; }, {}});
+  EXPECT_EQ(magic.kind(), ErrorKind::InvalidFile);
+  EXPECT_NE(magic.file().find("c.gguf"), std::string::npos) << magic.file();
+  EXPECT_EQ(std::string(magic.what()), magic.file() + ": not a GGUF file (bad magic)");
+  EXPECT_EQ(magic.tensor(), "");
+
+  Error v4 = case_error(
+      {"v4", nullptr, [](Bytes& b, const GgufWriter&) { test::patch_u32(b, 4, 4); }, {}});
+  EXPECT_EQ(v4.kind(), ErrorKind::Unsupported);
+
+  Error q4k = case_error({"q4_k",
+                          [](GgufWriter& w) {
+                            w.tensor("blk.0.attn_q.weight", kQ4_K, {2, 256}, Bytes(288));
+                          },
+                          nullptr,
+                          {}});
+  EXPECT_EQ(q4k.kind(), ErrorKind::Unsupported);
+  EXPECT_EQ(q4k.tensor(), "blk.0.attn_q.weight");
+  EXPECT_NE(q4k.file().find("c.gguf"), std::string::npos) << q4k.file();
+
+  Error misaligned = case_error(
+      {"misaligned",
+       nullptr,
+       [](Bytes& b, const GgufWriter& w) { test::patch_u64(b, w.tensor_offset_fields[1], 4); },
+       {}});
+  EXPECT_EQ(misaligned.kind(), ErrorKind::InvalidFile);
+  EXPECT_EQ(misaligned.tensor(), "f16");
+}
+
 }  // namespace
 }  // namespace ember

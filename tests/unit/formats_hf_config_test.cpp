@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "ember/core/error.h"
@@ -219,6 +220,51 @@ TEST(HfConfigErrors, InvalidJsonAndMissingFile) {
   EXPECT_EQ(load_hf_config((dir / "config.json").string()).d_model, 256);
   msg = error_message([&] { load_hf_config(dir.string()); });  // a directory, not a file
   EXPECT_EQ(msg.rfind(dir.string(), 0), 0u) << msg;
+}
+
+TEST(HfConfigErrors, KindsSayMissingUnsupportedOrMalformed) {
+  auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e;
+    }
+    ADD_FAILURE() << "no error";
+    return Error("no error");
+  };
+  Error missing = error_of([] { load_hf_config("/nonexistent/config.json"); });
+  EXPECT_EQ(missing.kind(), ErrorKind::NotFound);
+  EXPECT_EQ(missing.file(), "/nonexistent/config.json");
+
+  nlohmann::json j = base_config();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  Error arch = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
+  EXPECT_EQ(arch.kind(), ErrorKind::Unsupported);
+  EXPECT_EQ(arch.file(), "cfg/config.json");
+
+  Error json = error_of([] { parse_hf_config("{\"hidden_size\": ", "x/config.json"); });
+  EXPECT_EQ(json.kind(), ErrorKind::InvalidFile);
+
+  // Checks made after the file is parsed (model_config_sources, ModelConfig::validate) keep the
+  // file as context too.
+  j = base_config();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  Error rope = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
+  EXPECT_EQ(rope.kind(), ErrorKind::Unsupported);
+  EXPECT_EQ(rope.file(), "cfg/config.json");
+
+  j = base_config();
+  j.erase("hidden_size");
+  Error field = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
+  EXPECT_EQ(field.kind(), ErrorKind::InvalidFile);
+  EXPECT_EQ(field.file(), "cfg/config.json");
+
+  j = base_config();
+  j["num_key_value_heads"] = 3;
+  Error sizes = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
+  EXPECT_EQ(sizes.kind(), ErrorKind::InvalidFile);
+  EXPECT_EQ(sizes.file(), "cfg/config.json");
 }
 
 }  // namespace

@@ -38,7 +38,6 @@ void expect_decode_matches_prefill(const ModelWeights& w, const std::vector<int3
   const double tolerance = kv_dtype == DType::F16 ? kF16CacheTolerance : kReassociationTolerance;
   EngineOptions eo;
   eo.kv_dtype = kv_dtype;
-  eo.n_threads = 2;
   eo.max_context = 256;
   eo.block_size = block_size;
   eo.max_sequences = 2;
@@ -96,7 +95,7 @@ TEST(ForwardKv, DecodeEqualsPrefillOnStories260K) {
   o.path = path.string();
   o.load_tokenizer = false;
   LoadedModel m = load_model(o);
-  ASSERT_EQ(m.matrix_dtype, DType::F32);
+  ASSERT_EQ(m.weights.matrix_dtype(), DType::F32);
   std::vector<int32_t> tokens = {1,   403, 407, 261, 378, 434, 267, 339, 365, 272, 30,  405, 289,
                                  263, 360, 285, 398, 416, 271, 300, 47,  280, 59,  261, 322, 11};
   expect_decode_matches_prefill(m.weights, tokens, 4);  // many block boundaries
@@ -147,7 +146,6 @@ TEST(ForwardKv, PrefixCachedBlocksGiveTheSameLogitsAsRecompute) {
   o.load_tokenizer = false;
   LoadedModel m = load_model(o);
   EngineOptions eo;
-  eo.n_threads = 2;
   eo.max_context = 128;
   eo.max_sequences = 3;
   eo.block_size = 8;
@@ -193,7 +191,6 @@ TEST(ForwardKv, QuantizedWeightsStayCloseToF32OnStories260K) {
     o.load_tokenizer = false;
     LoadedModel m = load_model(o);
     EngineOptions eo;
-    eo.n_threads = 1;
     eo.kv_dtype = kv_dtype;
     Engine engine(m.weights, eo);
     Sequence seq;
@@ -228,7 +225,6 @@ TEST(ForwardKv, PrefillLogitsDoNotDependOnThreadCount) {
     o.path = path.string();
     o.dtype = dtype;
     o.load_tokenizer = false;
-    LoadedModel m = load_model(o);
     for (int64_t n_tokens : {20, 70}) {  // row split; token split with a partial last group
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(n_tokens));
       std::vector<int32_t> tokens;
@@ -236,9 +232,9 @@ TEST(ForwardKv, PrefillLogitsDoNotDependOnThreadCount) {
         tokens.push_back(static_cast<int32_t>(1 + (i * 37) % 500));
       std::vector<float> logits[3];
       for (int threads = 1; threads <= 3; ++threads) {
-        EngineOptions eo;
-        eo.n_threads = threads;
-        Engine engine(m.weights, eo);
+        o.backend.n_threads = threads;  // threads belong to the backend, chosen at load
+        LoadedModel m = load_model(o);
+        Engine engine(m.weights, EngineOptions{});
         Sequence seq;
         auto z = engine.feed(seq, tokens, /*all_logits=*/true);
         logits[threads - 1].assign(z.begin(), z.end());
@@ -266,11 +262,10 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
     for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " kv " + dtype_name(kv_dtype));
       LoadedModel m = load_dummy("dummy-q4", config, dtype);
-      ASSERT_EQ(m.weights.lm_head.layout, cpu::WeightLayout::Interleaved8);  // 300 rows: padded
+      ASSERT_EQ(m.weights.lm_head.layout, WeightLayout::Interleaved8);  // 300 rows: padded
       std::vector<int32_t> tokens;
       for (int i = 0; i < 70; ++i) tokens.push_back((i * 41 + 3) % 300);
       EngineOptions eo;
-      eo.n_threads = 2;
       eo.kv_dtype = kv_dtype;
       Engine engine(m.weights, eo);
       const auto V = static_cast<size_t>(m.weights.config.vocab_size);
@@ -294,7 +289,7 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
     }
 }
 
-// --no-mmap (map_weights = false) copies matrices stored in the compute dtype out of the file into
+// --no-mmap (backend.copy_weights) copies matrices stored in the compute dtype out of the file into
 // the weights' own huge-page arena instead of pointing into the mapping; the numbers are the same
 // bytes, so the logits are the same bits.
 TEST(ForwardKv, CopiedWeightsGiveTheSameLogitsAsMappedOnes) {
@@ -306,12 +301,12 @@ TEST(ForwardKv, CopiedWeightsGiveTheSameLogitsAsMappedOnes) {
     LoadOptions o;
     o.path = path.string();
     o.load_tokenizer = false;
-    o.map_weights = mapped == 1;
+    o.backend.copy_weights = mapped == 0;
     LoadedModel m = load_model(o);
-    ASSERT_EQ(m.matrix_dtype, DType::F32);
+    ASSERT_EQ(m.weights.matrix_dtype(), DType::F32);
     ASSERT_FALSE(m.checkpoint.mappings.empty());
     const MappedFile& file = *m.checkpoint.mappings[0];
-    auto in_file = [&](const cpu::WeightMatrix& w) {
+    auto in_file = [&](const WeightMatrix& w) {
       const auto* p = static_cast<const uint8_t*>(w.data);
       return p >= file.data() && p < file.data() + file.size();
     };
@@ -322,7 +317,7 @@ TEST(ForwardKv, CopiedWeightsGiveTheSameLogitsAsMappedOnes) {
         EXPECT_EQ(in_file(*w), mapped == 1);
     }
     EXPECT_EQ(in_file(m.weights.embed), mapped == 1);
-    EXPECT_EQ(m.weights.arena.reserved_bytes() > 0, true);  // norm vectors are always copied
+    EXPECT_GT(m.weights.backend->info().weight_bytes_owned, 0);  // norm vectors are always copied
     Engine engine(m.weights, EngineOptions{});
     Sequence seq;
     auto z = engine.feed(seq, tokens, /*all_logits=*/true);
@@ -351,12 +346,11 @@ TEST(ForwardKv, InterleavedQuantizedWeightsMatchTheFileLayout) {
       o.path = path.string();
       o.dtype = dtype;
       o.load_tokenizer = false;
-      o.interleave_quantized = interleave == 1;
+      o.backend.interleave_quantized = interleave == 1;
       LoadedModel m = load_model(o);
       ASSERT_EQ(m.weights.layers[0].wq.layout,
-                interleave == 1 ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows);
+                interleave == 1 ? WeightLayout::Interleaved8 : WeightLayout::Rows);
       EngineOptions eo;
-      eo.n_threads = 2;
       Engine engine(m.weights, eo);
       Sequence whole, stepwise;
       auto z = engine.feed(whole, tokens, /*all_logits=*/true);

@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
+#include "ember/backend/cpu/kernels.h"
+#include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
-#include "ember/kernels/cpu/kernels.h"
-#include "ember/kernels/cpu/kernels_reference.h"
 #include "kernels_test_util.h"
 
 namespace ember::cpu {
@@ -92,7 +92,8 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
         const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
         std::vector<float> out(q.size()), want(q.size());
         attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scale, out.data());
-        ref::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scale, want.data());
+        reference::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scale,
+                             want.data());
         for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
       }
   }
@@ -108,7 +109,7 @@ TEST(KernelsAttention, PeakedScores) {
       auto q = random_floats(c.n_heads * c.head_dim, 6, -8.0f, 8.0f);
       std::vector<float> out(q.size()), want(q.size());
       attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 1.0f, out.data());
-      ref::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 1.0f, want.data());
+      reference::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, 1.0f, want.data());
       for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
     }
   }

@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include "ember/backend/cpu/kernels.h"
+#include "ember/backend/cpu/weight_layout.h"
+#include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
-#include "ember/kernels/cpu/kernels.h"
-#include "ember/kernels/cpu/kernels_reference.h"
-#include "ember/kernels/cpu/weight_layout.h"
 #include "kernels_test_util.h"
 
 namespace ember::cpu {
@@ -106,11 +106,11 @@ TEST(KernelsInterleaved, MatchesReferenceAndRowsLayout) {
           std::vector<float> ref_y(static_cast<size_t>(T * N));
           matmul(x.data(), T, il.view, y.data(), ldy, 0, N);
           matmul(x.data(), T, rows.view, y_rows.data(), ldy, 0, N);
-          ref::matmul(x.data(), T, il.view, ref_y.data(), N, 0, N);
+          reference::matmul(x.data(), T, il.view, ref_y.data(), N, 0, N);
           ASSERT_TRUE(uses_8bit_activations(il.view, T));
           const bool same_arithmetic = isa == Isa::Scalar && T < kGemmMinTokens;
           for (int64_t n = 0; n < N; ++n) {
-            ref::dequantize_row(rows.view, n, deq.data());
+            reference::dequantize_row(rows.view, n, deq.data());
             for (int64_t t = 0; t < T; ++t) {
               double magnitude = 0.0;
               for (int64_t k = 0; k < K; ++k) magnitude += std::fabs(double{x[t * K + k]} * deq[k]);

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "ember/backend/cpu/kernels.h"
+#include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
-#include "ember/kernels/cpu/kernels.h"
-#include "ember/kernels/cpu/kernels_reference.h"
 #include "kernels_test_util.h"
 
 namespace ember::cpu {
@@ -44,10 +44,10 @@ void expect_close_to_reference(const std::vector<float>& x, int64_t T, const Wei
                                const std::vector<float>& y, int64_t ldy, double tolerance = 1e-5) {
   const int64_t N = w.n_rows, K = w.n_cols;
   std::vector<float> ref_y(static_cast<size_t>(T * N));
-  ref::matmul(x.data(), T, w, ref_y.data(), N, 0, N);
+  reference::matmul(x.data(), T, w, ref_y.data(), N, 0, N);
   std::vector<float> row(static_cast<size_t>(K));
   for (int64_t n = 0; n < N; ++n) {
-    ref::dequantize_row(w, n, row.data());
+    reference::dequantize_row(w, n, row.data());
     for (int64_t t = 0; t < T; ++t) {
       double magnitude = 0.0;
       for (int64_t k = 0; k < K; ++k) magnitude += std::fabs(double{x[t * K + k]} * row[k]);
@@ -107,7 +107,7 @@ TEST(KernelsMatmul, Bf16UnderAvx512IsTheProductOfRoundedActivations) {
         // And the rounding shows: against the unrounded activations some output is off by more
         // than the f32 bound (else this test could not tell the paths apart).
         std::vector<float> exact(y.size());
-        ref::matmul(x.data(), T, w.view, exact.data(), N, 0, N);
+        reference::matmul(x.data(), T, w.view, exact.data(), N, 0, N);
         if (K >= 33) {
           double worst = 0;
           for (size_t i = 0; i < y.size(); ++i)
@@ -178,13 +178,13 @@ TEST(KernelsMatmul, QuantizedEqualsF32OnDequantizedWeightsAndActivations) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype));
       auto q = make_weights(random_floats(N * K, 21), N, K, dtype);
       std::vector<float> deq(static_cast<size_t>(N * K));
-      for (int64_t n = 0; n < N; ++n) ref::dequantize_row(q.view, n, deq.data() + n * K);
+      for (int64_t n = 0; n < N; ++n) reference::dequantize_row(q.view, n, deq.data() + n * K);
       auto f = make_weights(deq, N, K, DType::F32);
       auto x = random_floats(T * K, 22);
       std::vector<BlockQ8Act> xq(static_cast<size_t>(T * K / 32));
       quantize_activations(x.data(), T, K, xq.data());
       std::vector<BlockQ8Act> xq_ref(xq.size());
-      ref::quantize_activations(x.data(), T, K, xq_ref.data());
+      reference::quantize_activations(x.data(), T, K, xq_ref.data());
       std::vector<float> x_deq(x.size());
       for (size_t b = 0; b < xq.size(); ++b) {
         ASSERT_EQ(xq[b].d, xq_ref[b].d) << b;
@@ -196,8 +196,8 @@ TEST(KernelsMatmul, QuantizedEqualsF32OnDequantizedWeightsAndActivations) {
       }
       std::vector<float> yq(static_cast<size_t>(T * N)), yf(yq.size()), yx(yq.size());
       matmul(x.data(), T, q.view, yq.data(), N, 0, N);
-      ref::matmul(x_deq.data(), T, f.view, yf.data(), N, 0, N);
-      ref::matmul(x.data(), T, f.view, yx.data(), N, 0, N);
+      reference::matmul(x_deq.data(), T, f.view, yf.data(), N, 0, N);
+      reference::matmul(x.data(), T, f.view, yx.data(), N, 0, N);
       double scale = 0;
       for (float v : yf) scale = std::max(scale, std::fabs(static_cast<double>(v)));
       for (size_t i = 0; i < yq.size(); ++i) {
@@ -218,7 +218,7 @@ TEST(KernelsMatmul, QuantizedGemmEqualsF32OnDequantizedWeights) {
     for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
       auto q = make_weights(random_floats(N * K, 23), N, K, dtype);
       std::vector<float> deq(static_cast<size_t>(N * K));
-      for (int64_t n = 0; n < N; ++n) ref::dequantize_row(q.view, n, deq.data() + n * K);
+      for (int64_t n = 0; n < N; ++n) reference::dequantize_row(q.view, n, deq.data() + n * K);
       auto f = make_weights(deq, N, K, DType::F32);
       for (int64_t T : {kGemmMinTokens, kGemmMinTokens + 5, int64_t{64}}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
@@ -288,7 +288,7 @@ TEST(KernelsMatmul, TokenGroupRowsDoNotDependOnT) {
           // 8-bit activations move each x_k by at most half a step, max|x of its block| / 254.
           double activation_error = 0.0;
           if (dtype_is_quantized(dtype)) {
-            ref::dequantize_row(w.view, n, row.data());
+            reference::dequantize_row(w.view, n, row.data());
             for (int64_t k = 0; k < K; ++k) {
               float block_max = 0.0f;
               for (int64_t i = k / 32 * 32; i < k / 32 * 32 + 32; ++i)

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "ember/kernels/cpu/kernels.h"
-#include "ember/kernels/cpu/kernels_reference.h"
+#include "ember/backend/cpu/kernels.h"
+#include "ember/backend/reference/reference_kernels.h"
 #include "kernels_test_util.h"
 
 namespace ember::cpu {
@@ -29,7 +29,7 @@ TEST(KernelsOps, RmsnormMatchesReference) {
       auto w = random_floats(D, 2, 0.5f, 1.5f);
       std::vector<float> y(x.size()), want(x.size());
       rmsnorm(x.data(), w.data(), y.data(), T, D, 1e-5f);
-      ref::rmsnorm(x.data(), w.data(), want.data(), T, D, 1e-5f);
+      reference::rmsnorm(x.data(), w.data(), want.data(), T, D, 1e-5f);
       for (size_t i = 0; i < y.size(); ++i)
         ASSERT_NEAR(y[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-7);
       rmsnorm(x.data(), w.data(), x.data(), T, D, 1e-5f);  // in place (x and y alias)
@@ -59,7 +59,8 @@ TEST(KernelsOps, RopeMatchesReference) {
       auto want = x;
       auto original = x;
       rope(x.data(), T, s.n_heads, s.head_dim, s.rope_dim, pos.data(), inv_freq.data());
-      ref::rope(want.data(), T, s.n_heads, s.head_dim, s.rope_dim, pos.data(), inv_freq.data());
+      reference::rope(want.data(), T, s.n_heads, s.head_dim, s.rope_dim, pos.data(),
+                      inv_freq.data());
       for (size_t i = 0; i < x.size(); ++i) {
         ASSERT_NEAR(x[i], want[i], 1e-5) << i;
         if (static_cast<int64_t>(i) % s.head_dim >= s.rope_dim) {
@@ -80,7 +81,7 @@ TEST(KernelsOps, SoftmaxMatchesReference) {
       if (n > 3) x[2] = -1e30f;  // underflows to 0
       auto want = x;
       softmax(x.data(), n);
-      ref::softmax(want.data(), n);
+      reference::softmax(want.data(), n);
       double total = 0.0;
       for (int64_t i = 0; i < n; ++i) {
         ASSERT_NEAR(x[i], want[i], 1e-5 * want[i] + 1e-30) << i;
@@ -108,7 +109,7 @@ TEST(KernelsOps, SiluMulMatchesReference) {
       }
       std::vector<float> y(static_cast<size_t>(n)), want(y.size());
       silu_mul(g.data(), u.data(), y.data(), n);
-      ref::silu_mul(g.data(), u.data(), want.data(), n);
+      reference::silu_mul(g.data(), u.data(), want.data(), n);
       for (int64_t i = 0; i < n; ++i) {
         ASSERT_NEAR(y[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-30) << "g=" << g[i];
       }
@@ -144,7 +145,7 @@ TEST(KernelsOps, DequantizeRowIsExact) {
         std::vector<float> got(static_cast<size_t>(K + 1), 77.0f), want(static_cast<size_t>(K));
         for (int64_t r = 0; r < rows; ++r) {
           dequantize_row(w.view, r, got.data());
-          ref::dequantize_row(w.view, r, want.data());
+          reference::dequantize_row(w.view, r, want.data());
           ASSERT_EQ(std::memcmp(got.data(), want.data(), K * sizeof(float)), 0) << "row " << r;
           ASSERT_EQ(got[K], 77.0f);  // nothing written past the row
         }

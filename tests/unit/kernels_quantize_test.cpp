@@ -7,9 +7,9 @@
 #include <limits>
 #include <vector>
 
+#include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
-#include "ember/kernels/cpu/kernels_reference.h"
-#include "ember/kernels/cpu/quantize.h"
+#include "ember/core/quantize.h"
 #include "kernels_test_util.h"
 
 namespace ember::cpu {
@@ -78,8 +78,8 @@ TEST(KernelsQuantize, RoundTripErrorBounds) {
     std::vector<BlockQ8_0> q(n / 32);
     quantize_row_q8_0(x.data(), q.data(), n);
     std::vector<float> back(n);
-    ref::dequantize_row({DType::Q8_0, q.data(), 1, n, dtype_row_bytes(DType::Q8_0, n)}, 0,
-                        back.data());
+    reference::dequantize_row({DType::Q8_0, q.data(), 1, n, dtype_row_bytes(DType::Q8_0, n)}, 0,
+                              back.data());
     for (int64_t b = 0; b < n / 32; ++b) {
       float amax = 0.0f;
       for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
@@ -94,8 +94,8 @@ TEST(KernelsQuantize, RoundTripErrorBounds) {
     std::vector<BlockQ4_0> q(n / 32);
     quantize_row_q4_0(x.data(), q.data(), n);
     std::vector<float> back(n);
-    ref::dequantize_row({DType::Q4_0, q.data(), 1, n, dtype_row_bytes(DType::Q4_0, n)}, 0,
-                        back.data());
+    reference::dequantize_row({DType::Q4_0, q.data(), 1, n, dtype_row_bytes(DType::Q4_0, n)}, 0,
+                              back.data());
     for (int64_t b = 0; b < n / 32; ++b) {
       float amax = 0.0f, max = 0.0f;
       for (int j = 0; j < 32; ++j) {

@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "ember/backend/cpu/kernels.h"
+#include "ember/backend/cpu/weight_layout.h"
 #include "ember/core/dtype.h"
-#include "ember/kernels/cpu/kernels.h"
-#include "ember/kernels/cpu/quantize.h"
-#include "ember/kernels/cpu/weight_layout.h"
+#include "ember/core/quantize.h"
 
 namespace ember::test {
 
@@ -38,7 +38,7 @@ inline OwnedWeights make_weights(const std::vector<float>& values, int64_t n_row
   const int64_t row_bytes = dtype_row_bytes(dtype, n_cols);
   w.bytes.resize(static_cast<size_t>(cpu::weight_matrix_bytes(dtype, n_rows, n_cols, layout)));
   for (int64_t r = 0; r < n_rows; ++r) {
-    cpu::convert_row(values.data() + r * n_cols, dtype, w.bytes.data() + r * row_bytes, n_cols);
+    convert_row(values.data() + r * n_cols, dtype, w.bytes.data() + r * row_bytes, n_cols);
   }
   w.view = {dtype, w.bytes.data(), n_rows, n_cols, row_bytes};
   if (layout == cpu::WeightLayout::Interleaved8)

@@ -8,14 +8,9 @@
 namespace ember {
 namespace {
 
-KvPoolShape small_shape(int64_t blocks) {
-  KvPoolShape s;
-  s.n_layers = 2;
-  s.n_blocks = blocks;
-  s.block_size = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 8;
-  return s;
+// A manager of `blocks` blocks of 4 tokens.
+KvBlockManager small_manager(int64_t blocks, bool prefix_caching) {
+  return KvBlockManager(blocks, /*block_size=*/4, prefix_caching);
 }
 
 std::vector<int32_t> iota_tokens(int n, int start = 100) {
@@ -24,40 +19,8 @@ std::vector<int32_t> iota_tokens(int n, int start = 100) {
   return v;
 }
 
-TEST(KvBlockPool, BytesPerTokenAndLayout) {
-  KvBlockPool pool(small_shape(2));
-  EXPECT_EQ(pool.bytes_per_token(), 2 * 2 * 2 * 8 * 4);  // L x {K,V} x n_kv x head_dim x f32
-  EXPECT_EQ(pool.bytes_per_block(), pool.bytes_per_token() * 4);
-  cpu::PagedKv l0 = pool.layer_view(0), l1 = pool.layer_view(1);
-  const auto bytes_between = [](const void* a, const void* b) {
-    return static_cast<const uint8_t*>(b) - static_cast<const uint8_t*>(a);
-  };
-  EXPECT_EQ(bytes_between(l0.k_pool, l1.k_pool), 2 * 4 * 2 * 8 * 4);
-  EXPECT_EQ(l0.dtype, DType::F32);
-  // [block, kv head, slot, head_dim]: block 1, head 1, slot 3.
-  EXPECT_EQ(pool.row_offset(1, 3, 1), ((1 * 2 + 1) * 4 + 3) * 8);
-  EXPECT_EQ(pool.row_offset(1, 3, 1), l1.row_offset(1, 3, 1));
-  EXPECT_EQ(bytes_between(l1.k_pool, pool.k_at(1, pool.row_offset(1, 3, 1))),
-            ((1 * 2 + 1) * 4 + 3) * 8 * 4);
-}
-
-TEST(KvBlockPool, F16PoolHalvesTheBytes) {
-  KvPoolShape shape = small_shape(2);
-  shape.dtype = DType::F16;
-  KvBlockPool pool(shape);
-  EXPECT_EQ(pool.bytes_per_token(), 2 * 2 * 2 * 8 * 2);
-  cpu::PagedKv l0 = pool.layer_view(0), l1 = pool.layer_view(1);
-  EXPECT_EQ(l0.dtype, DType::F16);
-  EXPECT_EQ(static_cast<const uint8_t*>(l1.v_pool) - static_cast<const uint8_t*>(l0.v_pool),
-            2 * 4 * 2 * 8 * 2);
-  EXPECT_EQ(static_cast<const uint8_t*>(pool.v_at(0, 5)) - static_cast<const uint8_t*>(l0.v_pool),
-            5 * 2);
-  shape.dtype = DType::BF16;
-  EXPECT_THROW(KvBlockPool{shape}, Error);
-}
-
 TEST(KvBlockManager, ReserveGrowsByBlocksAndReleaseReturnsEverything) {
-  KvBlockManager kv(small_shape(4), /*prefix_caching=*/false);
+  KvBlockManager kv = small_manager(4, false);
   KvBlockTable table;
   ASSERT_TRUE(kv.reserve(table, 1));
   EXPECT_EQ(table.blocks.size(), 1u);
@@ -75,7 +38,7 @@ TEST(KvBlockManager, ReserveGrowsByBlocksAndReleaseReturnsEverything) {
 }
 
 TEST(KvBlockManager, PrefixBlocksAreSharedAndCountedOnce) {
-  KvBlockManager kv(small_shape(8), /*prefix_caching=*/true);
+  KvBlockManager kv = small_manager(8, true);
   auto tokens = iota_tokens(10);  // blocks: [0..3] [4..7] [8..9]
   KvBlockTable a;
   EXPECT_EQ(kv.match_prefix(a, tokens), 0);
@@ -107,7 +70,7 @@ TEST(KvBlockManager, PrefixBlocksAreSharedAndCountedOnce) {
 }
 
 TEST(KvBlockManager, NeverMatchesTheBlockHoldingTheLastToken) {
-  KvBlockManager kv(small_shape(8), true);
+  KvBlockManager kv = small_manager(8, true);
   auto tokens = iota_tokens(8);  // exactly two full blocks
   KvBlockTable a;
   ASSERT_TRUE(kv.reserve(a, 8));
@@ -119,7 +82,7 @@ TEST(KvBlockManager, NeverMatchesTheBlockHoldingTheLastToken) {
 }
 
 TEST(KvBlockManager, CachedBlocksAreEvictedLeastRecentlyUsedFirst) {
-  KvBlockManager kv(small_shape(4), true);
+  KvBlockManager kv = small_manager(4, true);
   auto first = iota_tokens(9, 0), second = iota_tokens(9, 500);
   KvBlockTable a, b;
   ASSERT_TRUE(kv.reserve(a, 9));
@@ -137,7 +100,7 @@ TEST(KvBlockManager, CachedBlocksAreEvictedLeastRecentlyUsedFirst) {
 }
 
 TEST(KvBlockManager, DoubleReleaseIsAnError) {
-  KvBlockManager kv(small_shape(2), false);
+  KvBlockManager kv = small_manager(2, false);
   KvBlockTable a;
   ASSERT_TRUE(kv.reserve(a, 1));
   KvBlockTable copy = a;

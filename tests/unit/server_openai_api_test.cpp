@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ember/model/model_loader.h"
+#include "ember/server/error_response.h"
 #include "ember/server/openai_api.h"
 #include "test_util.h"
 
@@ -10,23 +11,22 @@ namespace {
 
 using nlohmann::json;
 
-ApiError expect_error(Endpoint e, const std::string& body, const std::string& param) {
+void expect_error(Endpoint e, const std::string& body, const std::string& param) {
   auto r = parse_request(e, body);
-  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
-  if (!std::holds_alternative<ApiError>(r)) return {};
-  ApiError err = std::get<ApiError>(r);
-  EXPECT_EQ(err.status, 400) << body;
-  EXPECT_EQ(err.param, param) << body << " -> " << err.message;
-  json j = json::parse(error_body(err));
-  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
-  EXPECT_EQ(j["error"]["message"], err.message);
-  return err;
+  ASSERT_TRUE(std::holds_alternative<Error>(r)) << body;
+  const Error& err = std::get<Error>(r);
+  EXPECT_EQ(err.kind(), ErrorKind::InvalidArgument) << body;
+  EXPECT_EQ(err.field(), param) << body << " -> " << err.what();
+  ErrorResponse res = to_openai_error(err);
+  EXPECT_EQ(res.status, 400) << body;
+  EXPECT_EQ(res.body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(res.body["error"]["message"], err.what());
 }
 
 ApiRequest expect_ok(Endpoint e, const std::string& body) {
   auto r = parse_request(e, body);
-  if (auto* err = std::get_if<ApiError>(&r)) {
-    ADD_FAILURE() << body << " -> " << err->message;
+  if (auto* err = std::get_if<Error>(&r)) {
+    ADD_FAILURE() << body << " -> " << err->what();
     return {};
   }
   return std::get<ApiRequest>(r);

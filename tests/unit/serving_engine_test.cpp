@@ -19,6 +19,7 @@ class ServingEngineTest : public ::testing::Test {
     if (!std::filesystem::exists(path)) GTEST_SKIP() << "fixture not found: " << path;
     LoadOptions o;
     o.path = path.string();
+    o.backend.n_threads = 2;
     model_ = std::make_unique<LoadedModel>(load_model(o));
   }
 
@@ -31,7 +32,6 @@ class ServingEngineTest : public ::testing::Test {
   // Greedy tokens generated one request at a time (the reference).
   std::vector<int32_t> reference(const std::vector<int32_t>& p, int64_t max_tokens) {
     EngineOptions eo;
-    eo.n_threads = 1;
     eo.max_context = 512;
     Engine engine(model_->weights, eo);
     SamplingParams sp;
@@ -89,7 +89,6 @@ class ServingEngineTest : public ::testing::Test {
 
 TEST_F(ServingEngineTest, ConcurrentGreedyRequestsMatchOneAtATime) {
   ServingOptions so;
-  so.engine.n_threads = 2;
   so.engine.max_context = 512;
   so.engine.max_sequences = 8;
   so.scheduler.max_batched_tokens = 24;  // forces chunked prefill of the longer prompts
@@ -120,7 +119,6 @@ TEST_F(ServingEngineTest, ConcurrentGreedyRequestsMatchOneAtATime) {
 
 TEST_F(ServingEngineTest, PreemptionWithATinyPoolStillGivesCorrectResults) {
   ServingOptions so;
-  so.engine.n_threads = 1;
   so.engine.max_context = 128;
   so.engine.block_size = 8;
   so.engine.kv_blocks = 12;  // 96 tokens for 6 sequences that each grow to ~60
@@ -142,7 +140,6 @@ TEST_F(ServingEngineTest, PreemptionWithATinyPoolStillGivesCorrectResults) {
 
 TEST_F(ServingEngineTest, PrefixCacheHitsEveryFullBlockOfASharedPrefix) {
   ServingOptions so;
-  so.engine.n_threads = 2;
   so.engine.max_context = 512;
   so.engine.max_sequences = 4;
   so.engine.prefix_caching = true;
@@ -166,7 +163,6 @@ TEST_F(ServingEngineTest, PrefixCacheHitsEveryFullBlockOfASharedPrefix) {
 
 TEST_F(ServingEngineTest, CancelFreesBlocksAndStopStringsEndTheText) {
   ServingOptions so;
-  so.engine.n_threads = 1;
   so.engine.max_context = 256;
   so.engine.max_sequences = 2;
   ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
@@ -201,7 +197,6 @@ TEST_F(ServingEngineTest, CancelFreesBlocksAndStopStringsEndTheText) {
 
 TEST_F(ServingEngineTest, RefusesWhatCanNeverFitAndWhenTheQueueIsFull) {
   ServingOptions so;
-  so.engine.n_threads = 1;
   so.engine.max_context = 64;
   so.max_waiting = 2;
   ServingEngine engine(model_->weights, model_->tokenizer.get(), so);
@@ -218,7 +213,6 @@ TEST_F(ServingEngineTest, RefusesWhatCanNeverFitAndWhenTheQueueIsFull) {
 
 TEST_F(ServingEngineTest, BackgroundLoopServesAndShutsDownCleanly) {
   ServingOptions so;
-  so.engine.n_threads = 2;
   so.engine.max_context = 256;
   so.engine.max_sequences = 4;
   ServingEngine engine(model_->weights, model_->tokenizer.get(), so);

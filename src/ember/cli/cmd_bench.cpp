@@ -15,7 +15,6 @@
 #include "ember/core/huge_pages.h"
 #include "ember/engine/engine.h"
 #include "ember/engine/sampler.h"
-#include "ember/kernels/cpu/kernels.h"
 
 namespace ember::cli {
 
@@ -135,7 +134,6 @@ int bench_command(const BenchOptions& o) {
   if (o.probe_mb < 1) throw Error("bench: --probe-mb must be >= 1");
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
   EngineOptions eo;
-  eo.n_threads = o.model.threads;
   eo.kv_dtype = o.model.parsed_kv_dtype();
   eo.max_context = std::max<int64_t>({o.prompt_tokens, o.decode_context + o.gen_tokens + 1, 16});
   eo.max_sequences = o.batch;
@@ -181,7 +179,8 @@ int bench_command(const BenchOptions& o) {
   Summary probes = summarize(probe_gbps), fractions = summarize(decode_fraction);
   const size_t probe_huge_bytes = probe ? huge_page_backed_bytes(probe->data(), probe->bytes()) : 0;
   const int64_t copied_bytes = model.weights.copied_matrix_bytes();
-  const size_t huge_weight_bytes = model.weights.arena.huge_backed_bytes();
+  const BackendInfo backend = model.weights.backend->info();
+  const auto huge_weight_bytes = static_cast<size_t>(backend.weight_bytes_huge_pages);
   const double decode_gbps =
       tgs.median / static_cast<double>(o.batch) * static_cast<double>(matrix_bytes) / 1e9;
   PrefixResult prefix;
@@ -190,16 +189,17 @@ int bench_command(const BenchOptions& o) {
   const double weight_mb = static_cast<double>(matrix_bytes) / 1e6;
   // How the layer matrices sit in memory: q8_0/q4_0 are interleaved at load unless --no-interleave.
   const bool interleaved = !model.weights.layers.empty() &&
-                           model.weights.layers[0].wq.layout == cpu::WeightLayout::Interleaved8;
+                           model.weights.layers[0].wq.layout == WeightLayout::Interleaved8;
   const char* layout = interleaved ? "interleaved8" : "rows";
 
   if (o.json) {
     nlohmann::ordered_json j;
     j["model"] = model.checkpoint.path;
-    j["dtype"] = dtype_name(model.matrix_dtype);
+    j["dtype"] = dtype_name(model.weights.matrix_dtype());
     j["layout"] = layout;
     j["kv_dtype"] = dtype_name(eo.kv_dtype);
-    j["isa"] = cpu::isa_name(cpu::active_isa());
+    j["backend"] = backend.name;
+    j["isa"] = backend.kernels;
     j["threads"] = engine.n_threads();
     j["batch"] = o.batch;
     j["repetitions"] = o.repetitions;
@@ -241,10 +241,11 @@ int bench_command(const BenchOptions& o) {
     return 0;
   }
   std::printf(
-      "model %s: %s%s, %.1f MB of matrices, %s KV cache, isa %s, %d threads, ready in %.3f s\n",
-      model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype),
-      interleaved ? " interleaved" : "", weight_mb, dtype_name(eo.kv_dtype),
-      cpu::isa_name(cpu::active_isa()), engine.n_threads(), model.load_seconds);
+      "model %s: %s%s, %.1f MB of matrices, %s KV cache, %s backend, isa %s, %d threads, ready in "
+      "%.3f s\n",
+      model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
+      interleaved ? " interleaved" : "", weight_mb, dtype_name(eo.kv_dtype), backend.name.c_str(),
+      backend.kernels.c_str(), engine.n_threads(), model.load_seconds);
   // Where decode reads the weights from: the file mapping (4 KiB pages) or ember's own copy.
   std::printf(
       "weights: %.1f MB read in place from the file, %.1f MB copied at load (their memory: %.1f MB "

@@ -37,7 +37,6 @@ int chat_command(const ChatOptions& o) {
                                          model.checkpoint.path, model.checkpoint.gguf.get()))
                                    : ChatTemplate::from_name(o.template_name);
   EngineOptions eo;
-  eo.n_threads = o.model.threads;
   eo.kv_dtype = o.model.parsed_kv_dtype();
   eo.max_context = o.model.context;
   Engine engine(model.weights, eo);

@@ -42,7 +42,6 @@ int run_command(const RunOptions& o) {
   if (ids.empty()) throw Error("the prompt is empty and BOS is disabled: nothing to condition on");
 
   EngineOptions eo;
-  eo.n_threads = o.model.threads;
   eo.kv_dtype = o.model.parsed_kv_dtype();
   eo.max_context = o.model.context;
   Engine engine(model.weights, eo);
@@ -80,7 +79,7 @@ int run_command(const RunOptions& o) {
                "[ember] time to first token %.2f ms, prefill %.1f tok/s, decode %.1f tok/s\n"
                "[ember] KV cache in use %lld bytes (%lld blocks of %lld tokens)\n",
                model.checkpoint.path.c_str(), format_name(model.checkpoint.format),
-               dtype_name(model.matrix_dtype), engine.n_threads(), model.load_seconds,
+               dtype_name(model.weights.matrix_dtype()), engine.n_threads(), model.load_seconds,
                static_cast<unsigned long long>(sp.seed),
                static_cast<long long>(stats.prompt_tokens),
                static_cast<long long>(stats.generated_tokens),
@@ -89,8 +88,8 @@ int run_command(const RunOptions& o) {
                                           : "",
                stats.ttft_seconds * 1e3, stats.prefill_tokens_per_second(),
                stats.decode_tokens_per_second(), static_cast<long long>(stats.kv_bytes_in_use),
-               static_cast<long long>(stats.kv_bytes_in_use / engine.kv_pool().bytes_per_block()),
-               static_cast<long long>(engine.kv_pool().block_size()));
+               static_cast<long long>(stats.kv_bytes_in_use / engine.kv_shape().bytes_per_block()),
+               static_cast<long long>(engine.kv_shape().block_size));
   return 0;
 }
 

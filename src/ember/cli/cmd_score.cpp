@@ -70,7 +70,6 @@ int score_command(const ScoreOptions& o) {
   }
 
   EngineOptions eo;
-  eo.n_threads = o.model.threads;
   eo.kv_dtype = o.model.parsed_kv_dtype();
   eo.max_context = std::max<int64_t>(o.model.context, static_cast<int64_t>(ids.size()));
   Engine engine(model.weights, eo);

@@ -51,13 +51,23 @@ int serve_command(const ServeOptions& o) {
   std::optional<ChatTemplate> forced;
   if (!o.chat_template.empty()) forced = ChatTemplate::from_name(o.chat_template);
 
+  // SIGINT/SIGTERM are taken by a dedicated thread (sigwait), so every other thread, created
+  // after this point (the backend's thread pool at load included), inherits a mask with them
+  // blocked. A write to a closed socket must be an
+  // error return (the client went away), not a process-killing SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
   ChatTemplate chat = forced ? *forced
                              : ChatTemplate::detect(find_chat_template_source(
                                    model.checkpoint.path, model.checkpoint.gguf.get()));
 
   ServingOptions so;
-  so.engine.n_threads = o.model.threads;
   so.engine.kv_dtype = o.model.parsed_kv_dtype();
   so.engine.max_context = o.model.context;
   so.engine.max_sequences = o.max_seqs;
@@ -67,16 +77,6 @@ int serve_command(const ServeOptions& o) {
   so.scheduler.max_sequences = o.max_seqs;
   so.scheduler.max_batched_tokens = o.max_batched_tokens;
   so.max_waiting = o.max_waiting;
-
-  // SIGINT/SIGTERM are taken by a dedicated thread (sigwait), so every other thread, created
-  // after this point, inherits a mask with them blocked. A write to a closed socket must be an
-  // error return (the client went away), not a process-killing SIGPIPE.
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   ServingEngine engine(model.weights, model.tokenizer.get(), so);
   server::ServerOptions http_options;
@@ -111,7 +111,7 @@ int serve_command(const ServeOptions& o) {
   std::fprintf(stderr,
                "[ember] model %s (%s), %d threads, context %lld, %lld %s KV blocks of %lld, "
                "prefix cache %s, chat template %s\n",
-               model.checkpoint.path.c_str(), dtype_name(model.matrix_dtype),
+               model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
                engine.engine().n_threads(), static_cast<long long>(engine.max_context()),
                static_cast<long long>(engine.engine().kv().n_blocks()),
                dtype_name(so.engine.kv_dtype),

@@ -26,6 +26,7 @@ struct ModelOptions {
   int threads = 0;
   int64_t context = 0;
   std::string kv_dtype = "f32";
+  std::string backend = "cpu";
 
   void add_to(CLI::App& app, bool model_is_positional = false);
   // --kv-dtype, for the commands that run the model.

@@ -30,6 +30,10 @@ void ModelOptions::add_to(CLI::App& app, bool model_is_positional) {
   app.add_flag("--dummy", dummy,
                "Seeded random weights from the config alone (no weight files read)");
   app.add_option("--dummy-seed", dummy_seed, "Seed of --dummy weights")->capture_default_str();
+  app.add_option("--backend", backend,
+                 "Backend that runs the model: cpu (SIMD kernels, threads) or reference (scalar, "
+                 "one thread, double accumulation: the oracle, slow)")
+      ->capture_default_str();
   app.add_flag("--no-interleave", no_interleave,
                "Keep q8_0/q4_0 blocks in the file's layout (zero-copy) instead of interleaving "
                "them 8 rows at a time for the decode kernels at load");
@@ -66,8 +70,10 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   o.dtype = parsed_dtype();
   o.dummy = dummy;
   o.dummy_seed = dummy_seed;
-  o.interleave_quantized = !no_interleave;
-  o.map_weights = !no_mmap;
+  o.backend.name = backend;
+  o.backend.n_threads = threads;
+  o.backend.interleave_quantized = !no_interleave;
+  o.backend.copy_weights = no_mmap;
   o.load_tokenizer = need_tokenizer;
   return o;
 }

@@ -15,8 +15,8 @@ int64_t resolve_context(const ModelWeights& w, const EngineOptions& o) {
   return o.max_context > 0 ? o.max_context : std::min<int64_t>(model_max, 4096);
 }
 
-KvPoolShape pool_shape(const ModelWeights& w, const EngineOptions& o, int64_t context) {
-  KvPoolShape s;
+KvShape make_kv_shape(const ModelWeights& w, const EngineOptions& o, int64_t context) {
+  KvShape s;
   s.n_layers = w.config.n_layers;
   s.block_size = o.block_size;
   s.n_kv_heads = w.config.n_kv_heads;
@@ -32,9 +32,9 @@ KvPoolShape pool_shape(const ModelWeights& w, const EngineOptions& o, int64_t co
 Engine::Engine(const ModelWeights& weights, const EngineOptions& options)
     : weights_(weights),
       max_context_(resolve_context(weights, options)),
-      threads_(options.n_threads),
-      kv_(pool_shape(weights, options, max_context_), options.prefix_caching),
-      forward_(weights, kv_.pool(), threads_) {}
+      kv_storage_(weights.backend->allocate_kv(make_kv_shape(weights, options, max_context_))),
+      kv_(kv_storage_->shape().n_blocks, kv_storage_->shape().block_size, options.prefix_caching),
+      model_(weights) {}
 
 std::span<const float> Engine::feed(Sequence& seq, std::span<const int32_t> tokens,
                                     bool all_logits) {
@@ -43,9 +43,7 @@ std::span<const float> Engine::feed(Sequence& seq, std::span<const int32_t> toke
 }
 
 std::span<const float> Engine::feed(std::span<FeedRequest> requests) {
-  step_.tokens.clear();
-  step_.sequences.clear();
-  step_.logit_rows.clear();
+  step_.clear();
   // Reserve every sequence's blocks first so a full pool fails before anything is written.
   for (const FeedRequest& r : requests) {
     Sequence& seq = *r.sequence;
@@ -70,7 +68,8 @@ std::span<const float> Engine::feed(std::span<FeedRequest> requests) {
       }
     }
   }
-  const std::vector<float>& logits = forward_.step(step_);
+  step_.finalize();
+  const std::span<const float> logits = model_.forward(step_, *kv_storage_);
   for (const FeedRequest& r : requests) {
     Sequence& seq = *r.sequence;
     seq.tokens.resize(static_cast<size_t>(seq.n_cached));  // drop anything not yet cached
@@ -78,7 +77,7 @@ std::span<const float> Engine::feed(std::span<FeedRequest> requests) {
     seq.n_cached += static_cast<int64_t>(r.tokens.size());
     kv_.commit(seq.block_table, seq.tokens);
   }
-  return {logits.data(), step_.logit_rows.size() * static_cast<size_t>(vocab_size())};
+  return logits;
 }
 
 int64_t Engine::attach_cached_prefix(Sequence& seq, std::span<const int32_t> prompt) {

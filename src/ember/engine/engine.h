@@ -1,4 +1,5 @@
-// Owns the runtime state around a loaded model: thread pool, paged KV pool and forward pass.
+// Owns the runtime state around a loaded model: the KV storage (allocated by the model's backend),
+// the block manager that keeps its books, and the model's forward pass.
 // feed() pushes new tokens of one or more sequences through one forward step (a whole prompt is
 // one matrix x matrix step; a decode token is a step of T = 1) and returns their logits.
 #pragma once
@@ -8,16 +9,15 @@
 #include <span>
 #include <vector>
 
-#include "ember/core/thread_pool.h"
+#include "ember/backend/backend.h"
 #include "ember/engine/sequence.h"
 #include "ember/kv/kv_block_manager.h"
-#include "ember/model/forward.h"
+#include "ember/model/llama.h"
 #include "ember/model/weights.h"
 
 namespace ember {
 
 struct EngineOptions {
-  int n_threads = 0;          // 0: physical cores
   int64_t max_context = 0;    // per sequence; 0: min(model's max positions, 4096)
   int64_t max_sequences = 1;  // sizes the KV pool together with max_context
   int64_t block_size = 16;    // tokens per KV block
@@ -55,21 +55,21 @@ class Engine {
   void release(Sequence& seq);
 
   const ModelWeights& weights() const { return weights_; }
-  const KvBlockPool& kv_pool() const { return kv_.pool(); }
+  const KvShape& kv_shape() const { return kv_storage_->shape(); }
   const KvBlockManager& kv() const { return kv_; }
   KvBlockManager& kv() { return kv_; }
-  int64_t kv_bytes_in_use() const { return kv_.used_blocks() * kv_.pool().bytes_per_block(); }
+  int64_t kv_bytes_in_use() const { return kv_.used_blocks() * kv_shape().bytes_per_block(); }
   int64_t max_context() const { return max_context_; }
-  int n_threads() const { return threads_.size(); }
+  int n_threads() const { return weights_.backend->info().threads; }
   int64_t vocab_size() const { return weights_.config.vocab_size; }
 
  private:
   const ModelWeights& weights_;
   int64_t max_context_;
-  ThreadPool threads_;
+  std::unique_ptr<KvStorage> kv_storage_;
   KvBlockManager kv_;
-  ForwardPass forward_;
-  StepInput step_;
+  LlamaModel model_;
+  Batch step_;
 };
 
 }  // namespace ember

@@ -72,9 +72,10 @@ class Reader {
 
   void need(uint64_t n, const std::string& what) const {
     if (n > remaining()) {
-      throw Error(file_.path() + ": truncated file: " + what + " needs " + std::to_string(n) +
-                  " bytes at offset " + std::to_string(pos_) + " but only " +
-                  std::to_string(remaining()) + " remain");
+      throw Error::in_file(ErrorKind::InvalidFile, file_.path(),
+                           "truncated file: " + what + " needs " + std::to_string(n) +
+                               " bytes at offset " + std::to_string(pos_) + " but only " +
+                               std::to_string(remaining()) + " remain");
     }
   }
 
@@ -138,7 +139,8 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, const st
     case GgufType::Bool: {
       uint8_t b = r.read<uint8_t>(what);
       if (b > 1) {
-        throw Error(path + ": " + what + " is a bool with invalid value " + std::to_string(b));
+        throw Error::in_file(ErrorKind::InvalidFile, path,
+                             what + " is a bool with invalid value " + std::to_string(b));
       }
       v.uint_value = b;
       break;
@@ -148,20 +150,23 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, const st
       break;
     case GgufType::Array: {
       if (depth >= kMaxArrayDepth) {
-        throw Error(path + ": " + what + " nests arrays more than " +
-                    std::to_string(kMaxArrayDepth) + " deep");
+        throw Error::in_file(
+            ErrorKind::InvalidFile, path,
+            what + " nests arrays more than " + std::to_string(kMaxArrayDepth) + " deep");
       }
       uint32_t elem = r.read<uint32_t>(what + " (array element type)");
       if (!valid_value_type(elem)) {
-        throw Error(path + ": " + what + " has unknown array element type " + std::to_string(elem));
+        throw Error::in_file(ErrorKind::InvalidFile, path,
+                             what + " has unknown array element type " + std::to_string(elem));
       }
       v.array_type = static_cast<GgufType>(elem);
       uint64_t count = r.read<uint64_t>(what + " (array length)");
       uint64_t min_size = min_encoded_size(v.array_type);
       if (count > r.remaining() / min_size) {
-        throw Error(path + ": truncated file: " + what + " claims " + std::to_string(count) +
-                    " elements of type " + gguf_type_name(v.array_type) + " but only " +
-                    std::to_string(r.remaining()) + " bytes remain");
+        throw Error::in_file(ErrorKind::InvalidFile, path,
+                             "truncated file: " + what + " claims " + std::to_string(count) +
+                                 " elements of type " + gguf_type_name(v.array_type) +
+                                 " but only " + std::to_string(r.remaining()) + " bytes remain");
       }
       v.array.reserve(static_cast<size_t>(count));
       for (uint64_t i = 0; i < count; ++i) {
@@ -378,15 +383,16 @@ struct GgufPreamble {
 GgufPreamble read_preamble(Reader& r, const MappedFile& file, const std::string& path) {
   r.need(4, "magic");
   if (std::memcmp(file.data(), "GGUF", 4) != 0) {
-    throw Error(path + ": not a GGUF file (bad magic)");
+    throw Error::in_file(ErrorKind::InvalidFile, path, "not a GGUF file (bad magic)");
   }
   r.read<uint32_t>("magic");
   GgufPreamble p;
   p.version = r.read<uint32_t>("version");
   if (p.version != 2 && p.version != 3) {
     // v1 used u32 counts and lengths, so its layout differs; later versions are unknown.
-    throw Error(path + ": unsupported GGUF version " + std::to_string(p.version) +
-                " (only versions 2 and 3 are supported)");
+    throw Error::in_file(ErrorKind::Unsupported, path,
+                         "unsupported GGUF version " + std::to_string(p.version) +
+                             " (only versions 2 and 3 are supported)");
   }
   p.tensor_count = r.read<uint64_t>("tensor count");
   p.kv_count = r.read<uint64_t>("metadata count");
@@ -397,8 +403,9 @@ std::vector<std::pair<std::string, GgufValue>> read_metadata(Reader& r, uint64_t
                                                              const std::string& path) {
   // Each kv is at least key length (8) + type (4) + a 1-byte value.
   if (kv_count > r.remaining() / 13) {
-    throw Error(path + ": metadata count " + std::to_string(kv_count) +
-                " is larger than the file can hold (corrupt or truncated file)");
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "metadata count " + std::to_string(kv_count) +
+                             " is larger than the file can hold (corrupt or truncated file)");
   }
   std::vector<std::pair<std::string, GgufValue>> metadata;
   metadata.reserve(static_cast<size_t>(kv_count));
@@ -409,10 +416,13 @@ std::vector<std::pair<std::string, GgufValue>> read_metadata(Reader& r, uint64_t
     std::string what = "value of key '" + key + "'";
     uint32_t type = r.read<uint32_t>("type of key '" + key + "'");
     if (!valid_value_type(type)) {
-      throw Error(path + ": metadata key '" + key + "' has unknown value type " +
-                  std::to_string(type));
+      throw Error::in_file(
+          ErrorKind::InvalidFile, path,
+          "metadata key '" + key + "' has unknown value type " + std::to_string(type));
     }
-    if (!keys.insert(key).second) throw Error(path + ": duplicate metadata key '" + key + "'");
+    if (!keys.insert(key).second) {
+      throw Error::in_file(ErrorKind::InvalidFile, path, "duplicate metadata key '" + key + "'");
+    }
     metadata.emplace_back(key, read_value(r, static_cast<GgufType>(type), path, what, 0));
   }
   return metadata;
@@ -423,8 +433,9 @@ uint64_t alignment_from(const GgufValue* a, uint64_t fallback, const std::string
   if (a == nullptr) return fallback;
   std::optional<int64_t> v = a->as_int();
   if (!a->is_integer() || !v || *v <= 0 || (*v & (*v - 1)) != 0) {
-    throw Error(path + ": general.alignment must be a positive power of two (got " +
-                a->to_display() + ")");
+    throw Error::in_file(
+        ErrorKind::InvalidFile, path,
+        "general.alignment must be a positive power of two (got " + a->to_display() + ")");
   }
   return static_cast<uint64_t>(*v);
 }
@@ -436,17 +447,19 @@ uint64_t tensor_nbytes(const GgufTensorInfo& info, const std::array<int64_t, kMa
                        const std::string& t) {
   int64_t block = dtype_block_elems(info.dtype);
   if (ne[0] % block != 0) {
-    throw Error(path + ": " + t + " has inner dimension " + std::to_string(ne[0]) +
-                ", not a multiple of the " + dtype_name(info.dtype) + " block size " +
-                std::to_string(block));
+    throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                           t + " has inner dimension " + std::to_string(ne[0]) +
+                               ", not a multiple of the " + dtype_name(info.dtype) +
+                               " block size " + std::to_string(block));
   }
   std::optional<int64_t> blocks = ne[0] / block;
   for (uint32_t d = 1; d < n_dims && blocks; ++d) blocks = checked_mul(*blocks, ne[d]);
   std::optional<int64_t> bytes =
       blocks ? checked_mul(*blocks, dtype_block_bytes(info.dtype)) : std::nullopt;
   if (!bytes || static_cast<uint64_t>(*bytes) > file_size) {
-    throw Error(path + ": " + t + " with shape " + shape_to_string(info.shape) +
-                " is larger than the file");
+    throw Error::in_tensor(
+        ErrorKind::InvalidFile, path, info.name,
+        t + " with shape " + shape_to_string(info.shape) + " is larger than the file");
   }
   return static_cast<uint64_t>(*bytes);
 }
@@ -460,14 +473,16 @@ GgufTensorInfo read_tensor_info(Reader& r, uint64_t i, uint64_t alignment, uint6
   const std::string t = "tensor " + info.name;
   uint32_t n_dims = r.read<uint32_t>("dimension count of " + t);
   if (n_dims == 0 || n_dims > kMaxDims) {
-    throw Error(path + ": " + t + " has " + std::to_string(n_dims) + " dimensions (expected 1 to " +
-                std::to_string(kMaxDims) + ")");
+    throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                           t + " has " + std::to_string(n_dims) + " dimensions (expected 1 to " +
+                               std::to_string(kMaxDims) + ")");
   }
   std::array<int64_t, kMaxDims> ne{};
   for (uint32_t d = 0; d < n_dims; ++d) {
     uint64_t n = r.read<uint64_t>("dimensions of " + t);
     if (n == 0 || n > static_cast<uint64_t>(INT64_MAX)) {
-      throw Error(path + ": " + t + " has invalid dimension " + std::to_string(n));
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             t + " has invalid dimension " + std::to_string(n));
     }
     ne[d] = static_cast<int64_t>(n);
   }
@@ -476,17 +491,19 @@ GgufTensorInfo read_tensor_info(Reader& r, uint64_t i, uint64_t alignment, uint6
 
   std::optional<DType> dtype = dtype_for_ggml(info.ggml_type);
   if (!dtype) {
-    throw Error(path + ": unsupported tensor type " + ggml_type_name(info.ggml_type) +
-                " for tensor " + info.name +
-                " (ember reads F32, F16, BF16, Q8_0 and Q4_0 GGUF tensors)");
+    throw Error::in_tensor(ErrorKind::Unsupported, path, info.name,
+                           "unsupported tensor type " + ggml_type_name(info.ggml_type) +
+                               " for tensor " + info.name +
+                               " (ember reads F32, F16, BF16, Q8_0 and Q4_0 GGUF tensors)");
   }
   info.dtype = *dtype;
   // ne[0] is the innermost (contiguous) dimension; ember shapes are outermost first.
   for (uint32_t d = n_dims; d-- > 0;) info.shape.push_back(ne[d]);
   info.nbytes = tensor_nbytes(info, ne, n_dims, file_size, path, t);
   if (rel_offset % alignment != 0) {
-    throw Error(path + ": " + t + " data offset " + std::to_string(rel_offset) +
-                " is not a multiple of the alignment " + std::to_string(alignment));
+    throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                           t + " data offset " + std::to_string(rel_offset) +
+                               " is not a multiple of the alignment " + std::to_string(alignment));
   }
   return info;
 }
@@ -500,10 +517,11 @@ void place_tensor_data(std::vector<GgufTensorInfo>& tensors,
     uint64_t rel = relative_offsets[i];
     if (data_start > file_size || rel > file_size - data_start ||
         info.nbytes > file_size - data_start - rel) {
-      throw Error(path + ": data of tensor " + info.name + " (" + std::to_string(info.nbytes) +
-                  " bytes at data offset " + std::to_string(rel) +
-                  ") lies past the end of the file (" + std::to_string(file_size) +
-                  " bytes; truncated or corrupt file)");
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             "data of tensor " + info.name + " (" + std::to_string(info.nbytes) +
+                                 " bytes at data offset " + std::to_string(rel) +
+                                 ") lies past the end of the file (" + std::to_string(file_size) +
+                                 " bytes; truncated or corrupt file)");
     }
     info.offset = data_start + rel;
   }
@@ -523,8 +541,9 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
   // offset (8).
   const uint64_t tensor_count = preamble.tensor_count;
   if (tensor_count > r.remaining() / 32) {
-    throw Error(path + ": tensor count " + std::to_string(tensor_count) +
-                " is larger than the file can hold (corrupt or truncated file)");
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "tensor count " + std::to_string(tensor_count) +
+                             " is larger than the file can hold (corrupt or truncated file)");
   }
   tensors_.reserve(static_cast<size_t>(tensor_count));
   std::vector<uint64_t> relative_offsets(static_cast<size_t>(tensor_count));
@@ -532,7 +551,8 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
     GgufTensorInfo info = read_tensor_info(r, i, alignment_, file.size(), path,
                                            relative_offsets[static_cast<size_t>(i)]);
     if (!tensor_index_.emplace(info.name, tensors_.size()).second) {
-      throw Error(path + ": duplicate tensor name " + info.name);
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             "duplicate tensor name " + info.name);
     }
     tensors_.push_back(std::move(info));
   }
@@ -553,14 +573,17 @@ namespace {
 
 const GgufValue& require_key(const GgufFile& f, const std::string& key) {
   const GgufValue* v = f.find(key);
-  if (v == nullptr) throw Error(f.path() + ": metadata key '" + key + "' is missing");
+  if (v == nullptr) {
+    throw Error::in_file(ErrorKind::InvalidFile, f.path(), "metadata key '" + key + "' is missing");
+  }
   return *v;
 }
 
 [[noreturn]] void wrong_type(const GgufFile& f, const std::string& key, const GgufValue& v,
                              const char* expected) {
-  throw Error(f.path() + ": metadata key '" + key + "' has type " + gguf_type_name(v.type) +
-              ", expected " + expected);
+  throw Error::in_file(
+      ErrorKind::InvalidFile, f.path(),
+      "metadata key '" + key + "' has type " + gguf_type_name(v.type) + ", expected " + expected);
 }
 
 }  // namespace

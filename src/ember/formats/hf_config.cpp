@@ -47,13 +47,16 @@ const Json* HfConfigFields::get(const char* key) const {
 
 const Json& HfConfigFields::require(const char* key) const {
   const Json* j = get(key);
-  if (j == nullptr) throw Error(source_ + ": missing field '" + name(key) + "'");
+  if (j == nullptr) {
+    throw Error::in_file(ErrorKind::InvalidFile, source_, "missing field '" + name(key) + "'");
+  }
   return *j;
 }
 
 void HfConfigFields::wrong_type(const char* key, const Json& j, const char* expected) const {
-  throw Error(source_ + ": field '" + name(key) + "' must be " + expected + " (got " +
-              json_kind(j) + ")");
+  throw Error::in_file(
+      ErrorKind::InvalidFile, source_,
+      "field '" + name(key) + "' must be " + expected + " (got " + json_kind(j) + ")");
 }
 
 int64_t HfConfigFields::to_int(const char* key, const Json& j) const {
@@ -104,8 +107,8 @@ std::optional<int32_t> HfConfigFields::token_id(const char* key) const {
   }
   int64_t id = to_int(key, *v);
   if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-    throw Error(source_ + ": field '" + name(key) + "' is out of range (" + std::to_string(id) +
-                ")");
+    throw Error::in_file(ErrorKind::InvalidFile, source_,
+                         "field '" + name(key) + "' is out of range (" + std::to_string(id) + ")");
   }
   return static_cast<int32_t>(id);
 }
@@ -115,22 +118,29 @@ Json parse_hf_config_json(const std::string& json_text, const std::string& sourc
   try {
     root = Json::parse(json_text);
   } catch (const Json::exception& e) {
-    throw Error(source + ": invalid JSON: " + e.what());
+    throw Error::in_file(ErrorKind::InvalidFile, source, std::string("invalid JSON: ") + e.what());
   }
-  if (!root.is_object()) throw Error(source + ": config is not a JSON object");
+  if (!root.is_object()) {
+    throw Error::in_file(ErrorKind::InvalidFile, source, "config is not a JSON object");
+  }
   return root;
 }
 
 Json read_hf_config_json(const std::string& config_json_path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(config_json_path, ec)) {
-    throw Error(config_json_path + ": config file not found (or not a regular file)");
+    throw Error::in_file(ErrorKind::NotFound, config_json_path,
+                         "config file not found (or not a regular file)");
   }
   std::ifstream in(config_json_path, std::ios::binary);
-  if (!in) throw Error(config_json_path + ": cannot open config file");
+  if (!in) {
+    throw Error::in_file(ErrorKind::NotFound, config_json_path, "cannot open config file");
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw Error(config_json_path + ": cannot read config file");
+  if (in.bad()) {
+    throw Error::in_file(ErrorKind::InvalidFile, config_json_path, "cannot read config file");
+  }
   return parse_hf_config_json(ss.str(), config_json_path);
 }
 

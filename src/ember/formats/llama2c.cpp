@@ -45,10 +45,11 @@ class Cursor {
     uint64_t bytes;
     if (__builtin_mul_overflow(n, uint64_t{4}, &bytes)) overflow(what);
     if (offset_ > file_.size() || bytes > file_.size() - offset_) {
-      throw Error(file_.path() + ": file is too short for " + what + ": needs bytes [" +
-                  std::to_string(offset_) + ", " + std::to_string(offset_ + bytes) +
-                  ") but the file has " + std::to_string(file_.size()) +
-                  " (truncated file or header does not match the weights)");
+      throw Error::in_file(ErrorKind::InvalidFile, file_.path(),
+                           "file is too short for " + what + ": needs bytes [" +
+                               std::to_string(offset_) + ", " + std::to_string(offset_ + bytes) +
+                               ") but the file has " + std::to_string(file_.size()) +
+                               " (truncated file or header does not match the weights)");
     }
     uint64_t at = offset_;
     offset_ += bytes;
@@ -57,7 +58,8 @@ class Cursor {
 
  private:
   [[noreturn]] void overflow(const std::string& what) const {
-    throw Error(file_.path() + ": header sizes make " + what + " impossibly large");
+    throw Error::in_file(ErrorKind::InvalidFile, file_.path(),
+                         "header sizes make " + what + " impossibly large");
   }
 
   const MappedFile& file_;
@@ -71,21 +73,25 @@ Llama2cFile open_llama2c_file(const std::string& path) {
   l2c.mapping = std::make_shared<MappedFile>(path);
   const MappedFile& file = *l2c.mapping;
   if (file.size() < kHeaderBytes) {
-    throw Error(path + ": truncated file: " + std::to_string(file.size()) +
-                " bytes is too short for a llama2.c header (28 bytes)");
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "truncated file: " + std::to_string(file.size()) +
+                             " bytes is too short for a llama2.c header (28 bytes)");
   }
   int32_t h[7];
   std::memcpy(h, file.data(), sizeof(h));
   if (static_cast<uint32_t>(h[0]) == kExportMagic) {
-    throw Error(path + ": llama2.c export version " + std::to_string(h[1]) +
-                " is not supported (only the legacy version 0 .bin format)");
+    throw Error::in_file(ErrorKind::Unsupported, path,
+                         "llama2.c export version " + std::to_string(h[1]) +
+                             " is not supported (only the legacy version 0 .bin format)");
   }
   const char* names[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
                           "n_kv_heads", "vocab_size", "seq_len"};
   for (int i = 0; i < 7; ++i) {
     bool ok = i == 5 ? h[i] != 0 && h[i] != INT32_MIN : h[i] > 0;
     if (!ok) {
-      throw Error(path + ": invalid llama2.c header: " + names[i] + " = " + std::to_string(h[i]));
+      throw Error::in_file(
+          ErrorKind::InvalidFile, path,
+          std::string("invalid llama2.c header: ") + names[i] + " = " + std::to_string(h[i]));
     }
   }
   Llama2cHeader& header = l2c.header;
@@ -98,8 +104,9 @@ Llama2cFile open_llama2c_file(const std::string& path) {
   header.shared_classifier = h[5] > 0;
   header.seq_len = h[6];
   if (header.dim % header.n_heads != 0) {
-    throw Error(path + ": invalid llama2.c header: dim " + std::to_string(header.dim) +
-                " is not a multiple of n_heads " + std::to_string(header.n_heads));
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "invalid llama2.c header: dim " + std::to_string(header.dim) +
+                             " is not a multiple of n_heads " + std::to_string(header.n_heads));
   }
   return l2c;
 }

@@ -7,15 +7,16 @@
 
 namespace ember {
 
-KvBlockManager::KvBlockManager(const KvPoolShape& shape, bool prefix_caching)
-    : pool_(shape), prefix_caching_(prefix_caching) {
-  size_t n = static_cast<size_t>(shape.n_blocks);
+KvBlockManager::KvBlockManager(int64_t n_blocks, int64_t block_size, bool prefix_caching)
+    : n_blocks_(n_blocks), block_size_(block_size), prefix_caching_(prefix_caching) {
+  if (n_blocks <= 0 || block_size <= 0) throw Error("KV cache: invalid pool shape");
+  size_t n = static_cast<size_t>(n_blocks);
   ref_counts_.assign(n, 0);
   block_hash_of_.assign(n, 0);
   lru_pos_.resize(n);
   in_lru_.assign(n, false);
   free_list_.reserve(n);
-  for (int64_t b = shape.n_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<int32_t>(b));
+  for (int64_t b = n_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<int32_t>(b));
 }
 
 int64_t KvBlockManager::available_blocks() const {

@@ -1,4 +1,5 @@
-// Owns the KV pool's blocks: reference counts, the free list and the prefix cache.
+// Keeps the books of the KV cache's blocks: reference counts, the free list and the prefix cache.
+// Bookkeeping only: the bytes live in the backend's KvStorage, indexed by the block ids kept here.
 //
 // Prefix caching (vLLM's automatic prefix caching): a full block is identified by
 // hash(parent block's hash, its block_size token ids). When a sequence starts, every leading full
@@ -13,7 +14,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ember/kv/kv_block_pool.h"
 #include "ember/kv/kv_block_table.h"
 
 namespace ember {
@@ -25,11 +25,9 @@ struct PrefixCacheStats {
 
 class KvBlockManager {
  public:
-  KvBlockManager(const KvPoolShape& shape, bool prefix_caching);
+  KvBlockManager(int64_t n_blocks, int64_t block_size, bool prefix_caching);
 
-  KvBlockPool& pool() { return pool_; }
-  const KvBlockPool& pool() const { return pool_; }
-  int64_t block_size() const { return pool_.block_size(); }
+  int64_t block_size() const { return block_size_; }
   bool prefix_caching() const { return prefix_caching_; }
 
   // For a sequence with an empty table: attaches every cached leading full block of `tokens`,
@@ -50,7 +48,7 @@ class KvBlockManager {
   // partial block is forgotten by the prefix cache's chain of this table (it will be rewritten).
   void truncate(KvBlockTable& table, int64_t n_tokens);
 
-  int64_t n_blocks() const { return pool_.n_blocks(); }
+  int64_t n_blocks() const { return n_blocks_; }
   // Blocks a new allocation can take: never-used + evictable cached ones.
   int64_t available_blocks() const;
   int64_t cached_blocks() const { return static_cast<int64_t>(lru_.size()); }
@@ -69,7 +67,8 @@ class KvBlockManager {
   void drop(int32_t block);
   uint64_t block_hash(uint64_t parent, std::span<const int32_t> tokens) const;
 
-  KvBlockPool pool_;
+  int64_t n_blocks_;
+  int64_t block_size_;
   bool prefix_caching_;
   std::vector<int32_t> ref_counts_;
   std::vector<int32_t> free_list_;                   // never hashed, count 0 (LIFO)

@@ -32,8 +32,9 @@ std::string architecture_of(const HfConfigFields& f, const std::string& source) 
   }
   if (arch == "Qwen2ForCausalLM" || model_type == "qwen2") return "qwen2";
   if (arch.empty() && model_type.empty()) return "llama";
-  throw Error(source + ": unsupported architecture '" + (arch.empty() ? model_type : arch) +
-              "' (ember runs LlamaForCausalLM and Qwen2ForCausalLM)");
+  throw Error::in_file(ErrorKind::Unsupported, source,
+                       "unsupported architecture '" + (arch.empty() ? model_type : arch) +
+                           "' (ember runs LlamaForCausalLM and Qwen2ForCausalLM)");
 }
 
 void parse_rope_scaling(const HfConfigFields& f, const std::string& source, ModelConfig& config) {
@@ -44,11 +45,14 @@ void parse_rope_scaling(const HfConfigFields& f, const std::string& source, Mode
   // Newer configs say "rope_type", older ones "type".
   std::optional<std::string> type = s.string_opt("rope_type");
   if (!type) type = s.string_opt("type");
-  if (!type) throw Error(source + ": missing field 'rope_scaling.rope_type'");
+  if (!type) {
+    throw Error::in_file(ErrorKind::InvalidFile, source, "missing field 'rope_scaling.rope_type'");
+  }
   if (*type == "default") return;
   if (*type != "llama3") {
-    throw Error(source + ": unsupported rope_scaling type '" + *type +
-                "' (ember supports llama3 rope scaling only)");
+    throw Error::in_file(
+        ErrorKind::Unsupported, source,
+        "unsupported rope_scaling type '" + *type + "' (ember supports llama3 rope scaling only)");
   }
   config.rope_scaling = RopeScaling::Llama3;
   config.rope_factor = static_cast<float>(s.required_number("factor"));
@@ -58,7 +62,7 @@ void parse_rope_scaling(const HfConfigFields& f, const std::string& source, Mode
   if (!(config.rope_factor > 0.0f) ||
       !(config.rope_high_freq_factor > config.rope_low_freq_factor) ||
       config.rope_original_max_position <= 0) {
-    throw Error(source + ": invalid llama3 rope_scaling parameters");
+    throw Error::in_file(ErrorKind::InvalidFile, source, "invalid llama3 rope_scaling parameters");
   }
 }
 
@@ -66,9 +70,10 @@ void parse_rope_scaling(const HfConfigFields& f, const std::string& source, Mode
 int64_t head_dim_of(const HfConfigFields& f, const ModelConfig& c, const std::string& source) {
   if (const Json* hd = f.get("head_dim")) return f.to_int("head_dim", *hd);
   if (c.n_heads <= 0 || c.d_model % c.n_heads != 0) {
-    throw Error(source + ": hidden_size (" + std::to_string(c.d_model) +
-                ") is not a multiple of num_attention_heads (" + std::to_string(c.n_heads) +
-                ") and head_dim is not given");
+    throw Error::in_file(ErrorKind::InvalidFile, source,
+                         "hidden_size (" + std::to_string(c.d_model) +
+                             ") is not a multiple of num_attention_heads (" +
+                             std::to_string(c.n_heads) + ") and head_dim is not given");
   }
   return c.d_model / c.n_heads;
 }

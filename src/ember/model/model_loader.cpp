@@ -6,9 +6,8 @@
 #include <vector>
 
 #include "ember/core/error.h"
+#include "ember/core/quantize.h"
 #include "ember/formats/gguf.h"
-#include "ember/kernels/cpu/quantize.h"
-#include "ember/kernels/cpu/weight_layout.h"
 #include "ember/model/tensor_names.h"
 #include "ember/tokenizer/load_tokenizer.h"
 #include "ember/tokenizer/tokenizer_json.h"
@@ -48,14 +47,8 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 
 class WeightBuilder {
  public:
-  WeightBuilder(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t seed,
-                bool interleave_quantized, bool map_weights, ModelWeights& w)
-      : ckpt_(ckpt),
-        dtype_(dtype),
-        seed_(seed),
-        interleave_(interleave_quantized),
-        map_weights_(map_weights),
-        w_(w) {}
+  WeightBuilder(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t seed, Backend& backend)
+      : ckpt_(ckpt), dtype_(dtype), seed_(seed), backend_(backend) {}
 
   const StoredTensor& find(const ExpectedTensor& expected) {
     auto it = ckpt_.tensors.find(expected.name);
@@ -73,8 +66,8 @@ class WeightBuilder {
     return it->second;
   }
 
-  cpu::WeightMatrix matrix(const ExpectedTensor& expected, bool permute_qk, int64_t head_dim) {
-    int64_t rows = expected.shape[0], cols = expected.shape[1];
+  WeightMatrix matrix(const ExpectedTensor& expected, bool permute_qk, int64_t head_dim) {
+    const int64_t rows = expected.shape[0], cols = expected.shape[1];
     if (ckpt_.format == CheckpointFormat::ConfigOnly) return random_matrix(expected);
     const TensorView& src = find(expected).view;
     DType target = dtype_.value_or(src.dtype);
@@ -83,99 +76,87 @@ class WeightBuilder {
     if (dtype_is_quantized(target) && cols % kQuantBlock != 0) {
       target = dtype_is_quantized(src.dtype) ? DType::F32 : src.dtype;
     }
-    cpu::WeightMatrix source{src.dtype, src.data, rows, cols, dtype_row_bytes(src.dtype, cols)};
-    bool permute = permute_qk && ckpt_.qk_rows_interleaved;
-    const bool interleave = interleave_ && dtype_is_quantized(target);
-    if (target == src.dtype && !permute && (interleave || map_weights_)) {
-      if (!interleave) return source;  // zero-copy view into the mapping
-      const cpu::WeightMatrix out = cpu::interleave_rows(source, allocate_for(source));
-      release_source(source);
+    const WeightMatrix source{src.dtype, src.data, rows, cols, dtype_row_bytes(src.dtype, cols)};
+    const bool permute = permute_qk && ckpt_.qk_rows_interleaved;
+    if (target == src.dtype && !permute) {
+      const WeightMatrix out = backend_.upload_matrix(source, /*host_is_file=*/true);
+      if (out.data != source.data) release_source(source);
       return out;
     }
-    cpu::WeightMatrix out{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
-    uint8_t* dst = allocate_for(out);
-    out.data = dst;
+    // Converted and/or permuted on the host, then handed to the backend.
+    WeightMatrix host{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
+    std::vector<uint8_t> bytes(static_cast<size_t>(host.bytes()));
+    host.data = bytes.data();
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
-      int64_t from = permute ? interleaved_source_row(r, head_dim) : r;
+      const int64_t from = permute ? interleaved_source_row(r, head_dim) : r;
+      const uint8_t* src_row = src.data + from * source.row_bytes;
+      uint8_t* dst_row = bytes.data() + r * host.row_bytes;
       if (target == src.dtype) {
-        std::memcpy(dst + r * out.row_bytes, src.data + from * source.row_bytes,
-                    static_cast<size_t>(out.row_bytes));
+        std::memcpy(dst_row, src_row, static_cast<size_t>(host.row_bytes));
       } else {
-        cpu::dequantize_row(source, from, row.data());
-        cpu::convert_row(row.data(), target, dst + r * out.row_bytes, cols);
+        dequantize_row(src.dtype, src_row, row.data(), cols);
+        convert_row(row.data(), target, dst_row, cols);
       }
     }
     release_source(source);
-    return interleave ? cpu::interleave_rows(out, dst) : out;  // in place
+    return backend_.upload_matrix(host, /*host_is_file=*/false);
   }
 
   const float* vector(const ExpectedTensor& expected, float dummy_value) {
-    int64_t n = expected.shape[0];
-    float* dst = reinterpret_cast<float*>(w_.allocate(static_cast<size_t>(n) * sizeof(float)));
+    const int64_t n = expected.shape[0];
+    std::vector<float> host(static_cast<size_t>(n));
     if (ckpt_.format == CheckpointFormat::ConfigOnly) {
       SplitMix64 rng{hash_name(expected.name, seed_)};
       // Norm weights are exactly `dummy_value` (1); biases get small noise around 0.
-      for (int64_t k = 0; k < n; ++k)
-        dst[k] = dummy_value == 0 ? 0.02f * rng.uniform() : dummy_value;
-      return dst;
+      for (auto& v : host) v = dummy_value == 0 ? 0.02f * rng.uniform() : dummy_value;
+    } else {
+      const TensorView& src = find(expected).view;
+      dequantize_row(src.dtype, src.data, host.data(), n);
     }
-    const TensorView& src = find(expected).view;
-    cpu::WeightMatrix m{src.dtype, src.data, 1, n, dtype_row_bytes(src.dtype, n)};
-    cpu::dequantize_row(m, 0, dst);
-    return dst;
+    return backend_.upload_vector(host.data(), n);
   }
 
  private:
-  cpu::WeightMatrix random_matrix(const ExpectedTensor& expected) {
-    int64_t rows = expected.shape[0], cols = expected.shape[1];
+  WeightMatrix random_matrix(const ExpectedTensor& expected) {
+    const int64_t rows = expected.shape[0], cols = expected.shape[1];
     DType target = dtype_.value_or(DType::BF16);
     if (dtype_is_quantized(target) && cols % kQuantBlock != 0) target = DType::BF16;
-    cpu::WeightMatrix out{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
-    uint8_t* dst = allocate_for(out);
-    out.data = dst;
+    WeightMatrix host{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
+    std::vector<uint8_t> bytes(static_cast<size_t>(host.bytes()));
+    host.data = bytes.data();
     // Uniform with the standard deviation HF initialises Llama with (0.02): sqrt(3) * 0.02.
     const float amplitude = 0.02f * std::sqrt(3.0f);
     SplitMix64 rng{hash_name(expected.name, seed_)};
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       for (auto& x : row) x = amplitude * rng.uniform();
-      cpu::convert_row(row.data(), target, dst + r * out.row_bytes, cols);
+      convert_row(row.data(), target, bytes.data() + r * host.row_bytes, cols);
     }
-    return interleave_ && dtype_is_quantized(target) ? cpu::interleave_rows(out, dst) : out;
+    return backend_.upload_matrix(host, /*host_is_file=*/false);
   }
 
-  // A matrix copied out of the file (converted, interleaved) is not read from the mapping again:
+  // A matrix copied out of the file (converted, re-laid out) is not read from the mapping again:
   // drop its pages there so the process does not hold the model twice.
-  void release_source(const cpu::WeightMatrix& source) {
-    const auto bytes = static_cast<size_t>(source.n_rows * source.row_bytes);
+  void release_source(const WeightMatrix& source) {
+    const auto bytes = static_cast<size_t>(source.bytes());
     for (const auto& mapping : ckpt_.mappings) {
       if (mapping->release_pages(source.data, bytes)) return;
     }
   }
 
-  // Storage for a matrix of m's shape and dtype, large enough for the Interleaved8 layout (whole
-  // groups of 8 rows) when quantized matrices get it.
-  uint8_t* allocate_for(const cpu::WeightMatrix& m) {
-    const bool interleave = interleave_ && dtype_is_quantized(m.dtype);
-    return w_.allocate(static_cast<size_t>(cpu::weight_matrix_bytes(
-        m.dtype, m.n_rows, m.n_cols,
-        interleave ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows)));
-  }
-
   const Checkpoint& ckpt_;
   std::optional<DType> dtype_;
   uint64_t seed_;
-  bool interleave_;
-  bool map_weights_;
-  ModelWeights& w_;
+  Backend& backend_;
 };
 
 }  // namespace
 
 ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t dummy_seed,
-                           bool interleave_quantized, DType* matrix_dtype_out, bool map_weights) {
+                           std::shared_ptr<Backend> backend) {
   ModelWeights w;
+  w.backend = std::move(backend);
   w.config = ckpt.config;
   w.mappings = ckpt.mappings;
   const ModelConfig& c = w.config;
@@ -184,7 +165,7 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
             : ckpt.torch_dtype == "float16" ? DType::F16
                                             : DType::BF16;
   }
-  WeightBuilder b(ckpt, dtype, dummy_seed, interleave_quantized, map_weights, w);
+  WeightBuilder b(ckpt, dtype, dummy_seed, *w.backend);
   std::vector<ExpectedTensor> expected = expected_tensors(c);
   size_t i = 0;
   auto next = [&]() -> const ExpectedTensor& { return expected.at(i++); };
@@ -211,12 +192,12 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
   if (c.attention_bias && ckpt.qk_rows_interleaved) {
     throw Error(ckpt.path + ": attention biases with interleaved Q/K rows are not supported");
   }
-  w.rope_inv_freq = rope_inverse_frequencies(c);
+  std::vector<float> inv_freq = rope_inverse_frequencies(c);
   if (!ckpt.rope_freq_factors.empty()) {
-    for (size_t k = 0; k < w.rope_inv_freq.size(); ++k)
-      w.rope_inv_freq[k] /= ckpt.rope_freq_factors[k];
+    for (size_t k = 0; k < inv_freq.size(); ++k) inv_freq[k] /= ckpt.rope_freq_factors[k];
   }
-  if (matrix_dtype_out) *matrix_dtype_out = w.layers.empty() ? w.embed.dtype : w.layers[0].wq.dtype;
+  w.rope_inv_freq =
+      w.backend->upload_vector(inv_freq.data(), static_cast<int64_t>(inv_freq.size()));
   return w;
 }
 
@@ -244,8 +225,8 @@ LoadedModel load_model(const LoadOptions& options) {
   copts.dummy = options.dummy;
   copts.tokenizer_path = options.tokenizer_path;
   m.checkpoint = open_checkpoint(options.path, copts);
-  m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed,
-                            options.interleave_quantized, &m.matrix_dtype, options.map_weights);
+  m.weights =
+      build_weights(m.checkpoint, options.dtype, options.dummy_seed, make_backend(options.backend));
   if (options.load_tokenizer) m.tokenizer = load_checkpoint_tokenizer(m.checkpoint);
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;

@@ -5,10 +5,6 @@
 
 namespace ember {
 
-uint8_t* ModelWeights::allocate(size_t bytes) {
-  return arena.allocate(bytes);
-}
-
 namespace {
 
 template <typename Fn>
@@ -23,14 +19,14 @@ void for_each_matrix(const ModelWeights& w, Fn fn) {
 
 int64_t ModelWeights::matrix_bytes() const {
   int64_t total = 0;
-  for_each_matrix(*this, [&](const cpu::WeightMatrix& m) { total += m.n_rows * m.row_bytes; });
+  for_each_matrix(*this, [&](const WeightMatrix& m) { total += m.n_rows * m.row_bytes; });
   return total;
 }
 
 int64_t ModelWeights::copied_matrix_bytes() const {
   int64_t total = 0;
-  for_each_matrix(*this, [&](const cpu::WeightMatrix& m) {
-    if (arena.owns(m.data)) total += m.n_rows * m.row_bytes;
+  for_each_matrix(*this, [&](const WeightMatrix& m) {
+    if (backend->owns_weight(m.data)) total += m.n_rows * m.row_bytes;
   });
   return total;
 }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ember/core/error.h"
+#include "ember/server/error_response.h"
 
 namespace ember::server {
 
@@ -38,9 +39,13 @@ class BacklogServer : public httplib::Server {
   }
 };
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send(httplib::Response& res, const ErrorResponse& e) {
   res.status = e.status;
-  res.set_content(error_body(e), "application/json");
+  res.set_content(dump_json(e.body), "application/json");
+}
+
+void send_error(httplib::Response& res, const Error& e) {
+  send(res, to_openai_error(e));
 }
 
 void send_json(httplib::Response& res, const json& j) {
@@ -48,9 +53,46 @@ void send_json(httplib::Response& res, const json& j) {
   res.set_content(dump_json(j), "application/json");
 }
 
-ApiError too_long(const std::string& message, const std::string& param) {
-  return ApiError{400, message, "invalid_request_error", param, "context_length_exceeded"};
+// A request whose prompt (+ completion) cannot fit the context: the client's to fix, so a 400
+// naming the field, with the code OpenAI's clients look for.
+Error too_long(const std::string& field, const std::string& message) {
+  return Error::invalid_request(field, message).with_reason("context_length_exceeded");
 }
+
+Error shutting_down(const std::string& message) {
+  return Error(ErrorKind::Unavailable, message).with_reason("shutting_down");
+}
+
+// The engine's refusal as the Error the client gets.
+Error refusal(SubmitError why, const std::string& message) {
+  switch (why) {
+    case SubmitError::QueueFull:
+      return Error(ErrorKind::ResourceExhausted, message).with_reason("queue_full");
+    case SubmitError::ShuttingDown:
+      return shutting_down(message);
+    case SubmitError::TooLong:
+      return too_long("max_tokens", message);
+    default:
+      return Error::invalid_request("prompt", message);
+  }
+}
+
+// Errors httplib raises before (or instead of) a handler: an unmatched route, a body over the
+// size limit, a malformed HTTP request.
+Error transport_error(const httplib::Request& req, int status) {
+  if (status == 404) {
+    return Error(ErrorKind::NotFound, "no route for " + req.method + " " + req.path)
+        .with_reason("not_found");
+  }
+  if (status == 413) {
+    return Error(ErrorKind::InvalidArgument, "the request body is too large")
+        .with_reason("request_too_large");
+  }
+  return Error(status >= 500 ? ErrorKind::Internal : ErrorKind::InvalidArgument,
+               "HTTP error " + std::to_string(status));
+}
+
+}  // namespace
 
 // What one request's stream has produced so far, and how to relay the next events.
 struct Relay {
@@ -82,8 +124,6 @@ struct Relay {
     return text;
   }
 };
-
-}  // namespace
 
 HttpServer::HttpServer(ServingEngine& engine, const Tokenizer& tokenizer,
                        ChatTemplate chat_template, ServerOptions options)
@@ -140,30 +180,22 @@ void HttpServer::route() {
   // empty bodies. Handlers' own error responses already have a body and pass through.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    ApiError e;
-    e.status = res.status;
-    if (res.status == 404) {
-      e.message = "no route for " + req.method + " " + req.path;
-      e.code = "not_found";
-    } else if (res.status == 413) {
-      e.message = "the request body is too large";
-      e.code = "request_too_large";
-    } else {
-      e.message = "HTTP error " + std::to_string(res.status);
-      if (res.status >= 500) e.type = "server_error";
-    }
-    res.set_content(error_body(e), "application/json");
+    ErrorResponse e = to_openai_error(transport_error(req, res.status));
+    e.status = res.status;  // httplib chose it (413, 405, ...) before any handler ran
+    send(res, e);
   });
   http_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "internal error";
         try {
           if (ep) std::rethrow_exception(ep);
+        } catch (const Error& e) {
+          return send_error(res, e);
         } catch (const std::exception& ex) {
           what = ex.what();
         } catch (...) {
         }
-        send_error(res, ApiError{500, what, "server_error", "", ""});
+        send_error(res, Error(ErrorKind::Internal, what));
       });
   http_->set_logger([this](const httplib::Request&, const httplib::Response& res) {
     count_response(res.status);
@@ -199,66 +231,72 @@ void HttpServer::handle_metrics(httplib::Response& res) const {
 void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http_req,
                                  httplib::Response& res) {
   auto active = std::make_shared<ActiveRequest>(this);
-  if (draining_.load()) {
-    return send_error(
-        res, ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"});
+  try {
+    if (draining_.load()) throw shutting_down("the server is shutting down");
+    auto parsed = parse_request(endpoint, http_req.body);
+    if (auto* e = std::get_if<Error>(&parsed)) throw *e;
+    ApiRequest api = std::move(std::get<ApiRequest>(parsed));
+    std::vector<int32_t> prompt = tokenize_prompt(api);
+    int64_t max_tokens = fit_max_tokens(api, static_cast<int64_t>(prompt.size()));
+    std::shared_ptr<Relay> relay = submit(std::move(api), std::move(prompt), max_tokens);
+    relay->active = std::move(active);
+    if (relay->api.stream) {
+      respond_stream(relay, res);
+    } else {
+      respond_whole(*relay, res);
+    }
+  } catch (const Error& e) {
+    send_error(res, e);
   }
-  auto parsed = parse_request(endpoint, http_req.body);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
-  ApiRequest api = std::move(std::get<ApiRequest>(parsed));
+}
 
-  // Tokenize. A prompt with more bytes than max_piece_bytes x context cannot fit whatever it
-  // tokenizes to, so huge prompts are refused before spending time on them.
+std::vector<int32_t> HttpServer::tokenize_prompt(const ApiRequest& api) const {
+  // A prompt with more bytes than max_piece_bytes x context cannot fit whatever it tokenizes
+  // to, so huge prompts are refused before spending time on them.
   const int64_t limit = engine_.max_request_tokens();
   const uint64_t byte_limit =
       static_cast<uint64_t>(max_piece_bytes_) * static_cast<uint64_t>(limit);
-  std::vector<int32_t> prompt;
-  if (endpoint == Endpoint::ChatCompletions) {
+  const std::string context = "the context of " + std::to_string(limit) + " tokens";
+  if (api.endpoint == Endpoint::ChatCompletions) {
     uint64_t bytes = 0;
     for (const ChatMessage& m : api.messages) bytes += m.content.size();
-    if (bytes > byte_limit) {
-      return send_error(
-          res, too_long("the messages exceed the context of " + std::to_string(limit) + " tokens",
-                        "messages"));
-    }
+    if (bytes > byte_limit) throw too_long("messages", "the messages exceed " + context);
     try {
-      prompt = encode_chat_prompt(tokenizer_, chat_template_.format(api.messages));
+      return encode_chat_prompt(tokenizer_, chat_template_.format(api.messages));
     } catch (const Error& e) {
-      return send_error(res, ApiError{400, e.what(), "invalid_request_error", "messages", ""});
+      throw Error::invalid_request("messages", e.what());
     }
-  } else if (api.prompt_is_ids) {
-    prompt = api.prompt_ids;
-  } else {
-    if (api.prompt_text.size() > byte_limit) {
-      return send_error(
-          res, too_long("the prompt exceeds the context of " + std::to_string(limit) + " tokens",
-                        "prompt"));
-    }
-    prompt = tokenizer_.encode_with_special(api.prompt_text, tokenizer_.add_bos_default(), true);
   }
-  if (prompt.empty()) {
-    return send_error(res, ApiError{400, "the prompt is empty (and the model adds no BOS)",
-                                    "invalid_request_error", "prompt", ""});
+  if (api.prompt_is_ids) return api.prompt_ids;
+  if (api.prompt_text.size() > byte_limit) {
+    throw too_long("prompt", "the prompt exceeds " + context);
   }
-  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  const char* max_param = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  return tokenizer_.encode_with_special(api.prompt_text, tokenizer_.add_bos_default(), true);
+}
+
+int64_t HttpServer::fit_max_tokens(const ApiRequest& api, int64_t n_prompt) const {
+  const int64_t limit = engine_.max_request_tokens();
+  if (n_prompt == 0) {
+    throw Error::invalid_request("prompt", "the prompt is empty (and the model adds no BOS)");
+  }
   if (n_prompt >= limit) {
-    return send_error(res, too_long("the prompt has " + std::to_string(n_prompt) +
-                                        " tokens but the context holds " + std::to_string(limit),
-                                    max_param));
+    throw too_long(api.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
+                   "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
+                       std::to_string(limit));
   }
   int64_t max_tokens = api.max_tokens.value_or(std::min<int64_t>(256, limit - n_prompt));
   if (n_prompt + max_tokens > limit) {
-    return send_error(res, too_long("max_tokens " + std::to_string(max_tokens) + " + " +
-                                        std::to_string(n_prompt) +
-                                        " prompt tokens exceed the "
-                                        "context of " +
-                                        std::to_string(limit) + " tokens",
-                                    "max_tokens"));
+    throw too_long("max_tokens", "max_tokens " + std::to_string(max_tokens) + " + " +
+                                     std::to_string(n_prompt) + " prompt tokens exceed the " +
+                                     "context of " + std::to_string(limit) + " tokens");
   }
+  return max_tokens;
+}
 
+std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> prompt,
+                                          int64_t max_tokens) {
   auto relay = std::make_shared<Relay>();
-  relay->strip_leading_space = endpoint == Endpoint::Completions && n_prompt == 1 &&
+  relay->strip_leading_space = api.endpoint == Endpoint::Completions && prompt.size() == 1 &&
                                prompt[0] == tokenizer_.bos_id() &&
                                tokenizer_.strip_space_after_bos();
   GenerationRequest gen = api.generation;
@@ -267,80 +305,41 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
   SubmitError err = SubmitError::None;
   std::string message;
   relay->stream = engine_.submit(std::move(gen), &err, &message);
-  if (!relay->stream) {
-    switch (err) {
-      case SubmitError::QueueFull:
-        return send_error(res, ApiError{429, message, "rate_limit_error", "", "queue_full"});
-      case SubmitError::ShuttingDown:
-        return send_error(res, ApiError{503, message, "server_error", "", "shutting_down"});
-      case SubmitError::TooLong:
-        return send_error(res, too_long(message, "max_tokens"));
-      default:
-        return send_error(res, ApiError{400, message, "invalid_request_error", "prompt", ""});
-    }
-  }
+  if (!relay->stream) throw refusal(err, message);
+
   char id[48];
   std::snprintf(id, sizeof id, "%s-%llx%06llx",
-                endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl",
+                api.endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl",
                 static_cast<unsigned long long>(created_),
                 static_cast<unsigned long long>(next_id_.fetch_add(1)));
   relay->meta = ResponseMeta{id, static_cast<int64_t>(std::time(nullptr)), options_.model_id};
   relay->api = std::move(api);
-  relay->active = std::move(active);
+  return relay;
+}
 
-  if (!relay->api.stream) {
-    while (!relay->done) {
-      std::optional<StreamEvent> e = relay->stream->pop(1000ms);
-      if (!e) continue;
-      relay->absorb(*e);
-      relay->done = e->finished;
-      if (e->finished && e->finish_reason == FinishReason::Error) {
-        return send_error(res, ApiError{500, e->error, "server_error", "", ""});
-      }
-      if (e->finished && e->finish_reason == FinishReason::Cancelled) {
-        return send_error(res,
-                          ApiError{503, "the request was cancelled: the server is shutting down",
-                                   "server_error", "", "shutting_down"});
-      }
+void HttpServer::respond_whole(Relay& relay, httplib::Response& res) const {
+  while (!relay.done) {
+    std::optional<StreamEvent> e = relay.stream->pop(1000ms);
+    if (!e) continue;
+    relay.absorb(*e);
+    relay.done = e->finished;
+    if (e->finished && e->finish_reason == FinishReason::Error) {
+      throw Error(ErrorKind::Internal, e->error);
     }
-    return send_json(res, completion_response(relay->api, relay->meta, relay->acc, tokenizer_));
+    if (e->finished && e->finish_reason == FinishReason::Cancelled) {
+      throw shutting_down("the request was cancelled: the server is shutting down");
+    }
   }
+  send_json(res, completion_response(relay.api, relay.meta, relay.acc, tokenizer_));
+}
 
+void HttpServer::respond_stream(const std::shared_ptr<Relay>& relay, httplib::Response& res) const {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, relay](size_t /*offset*/, httplib::DataSink& sink) {
-        std::string out;
-        if (!relay->started) {
-          relay->started = true;
-          if (relay->api.endpoint == Endpoint::ChatCompletions) {
-            out += chat_role_chunk(relay->api, relay->meta);
-          }
-        }
-        // Wait briefly for the next event, then take whatever else is already queued, so one
-        // write carries every token the engine produced since the last one.
-        std::optional<StreamEvent> e = relay->stream->pop(out.empty() ? 100ms : 0ms);
-        while (e) {
-          int64_t offset = static_cast<int64_t>(relay->acc.text.size());
-          std::string text = relay->absorb(*e);
-          if (!text.empty() || !e->logprobs.empty()) {
-            out += delta_chunk(relay->api, relay->meta, text, e->logprobs, tokenizer_, offset);
-          }
-          if (e->finished) {
-            relay->done = true;
-            if (e->finish_reason == FinishReason::Error) {
-              out += sse_data(
-                  json::parse(error_body(ApiError{500, e->error, "server_error", "", ""})));
-            } else {
-              out += finish_chunk(relay->api, relay->meta, e->finish_reason);
-              if (relay->api.include_usage) out += usage_chunk(relay->api, relay->meta, relay->acc);
-            }
-            out += sse_done();
-            break;
-          }
-          e = relay->stream->pop(0ms);
-        }
+        std::string out = next_events(*relay);
         // A failed write is how a vanished client shows itself: stop generating for it.
         if (!out.empty() && !sink.write(out.data(), out.size())) {
           relay->stream->cancel();
@@ -352,6 +351,40 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
       [relay](bool success) {
         if (!success || !relay->done) relay->stream->cancel();
       });
+}
+
+std::string HttpServer::next_events(Relay& relay) const {
+  std::string out;
+  if (!relay.started) {
+    relay.started = true;
+    if (relay.api.endpoint == Endpoint::ChatCompletions) {
+      out += chat_role_chunk(relay.api, relay.meta);
+    }
+  }
+  // Wait briefly for the next event, then take whatever else is already queued, so one write
+  // carries every token the engine produced since the last one.
+  std::optional<StreamEvent> e = relay.stream->pop(out.empty() ? 100ms : 0ms);
+  while (e) {
+    int64_t offset = static_cast<int64_t>(relay.acc.text.size());
+    std::string text = relay.absorb(*e);
+    if (!text.empty() || !e->logprobs.empty()) {
+      out += delta_chunk(relay.api, relay.meta, text, e->logprobs, tokenizer_, offset);
+    }
+    if (e->finished) {
+      relay.done = true;
+      if (e->finish_reason == FinishReason::Error) {
+        // The status line is long gone: the error travels as an event in the same JSON shape.
+        out += sse_data(to_openai_error(Error(ErrorKind::Internal, e->error)).body);
+      } else {
+        out += finish_chunk(relay.api, relay.meta, e->finish_reason);
+        if (relay.api.include_usage) out += usage_chunk(relay.api, relay.meta, relay.acc);
+      }
+      out += sse_done();
+      break;
+    }
+    e = relay.stream->pop(0ms);
+  }
+  return out;
 }
 
 int HttpServer::bind() {

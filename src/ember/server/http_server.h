@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "ember/engine/serving_engine.h"
 #include "ember/server/openai_api.h"
@@ -24,6 +25,8 @@ class Response;
 }  // namespace httplib
 
 namespace ember::server {
+
+struct Relay;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -61,7 +64,19 @@ class HttpServer {
   friend struct ActiveRequest;
 
   void route();
+  // A generation request end to end; every refusal or failure on the way is an ember::Error
+  // that becomes one OpenAI-style error response.
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  // The prompt as token ids; refuses (throws) prompts that cannot fit the context.
+  std::vector<int32_t> tokenize_prompt(const ApiRequest& api) const;
+  // The request's max_tokens, or the default; throws when prompt + completion exceed the context.
+  int64_t fit_max_tokens(const ApiRequest& api, int64_t n_prompt) const;
+  // Hands the request to the engine; a refusal comes back as a thrown Error.
+  std::shared_ptr<Relay> submit(ApiRequest api, std::vector<int32_t> prompt, int64_t max_tokens);
+  void respond_whole(Relay& relay, httplib::Response& res) const;
+  void respond_stream(const std::shared_ptr<Relay>& relay, httplib::Response& res) const;
+  // The SSE events for whatever the engine produced since the last call.
+  std::string next_events(Relay& relay) const;
   void handle_models(httplib::Response& res) const;
   void handle_metrics(httplib::Response& res) const;
   void count_response(int status);

@@ -12,12 +12,6 @@ using nlohmann::json;
 
 namespace {
 
-// Validation failures unwind to parse_request() as this, which turns them into a 400.
-struct Invalid {
-  std::string message;
-  std::string param;
-};
-
 const json* field(const json& body, const char* name) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return nullptr;  // null means "not given" in OpenAI's API
@@ -27,19 +21,23 @@ const json* field(const json& body, const char* name) {
 bool get_bool(const json& body, const char* name, bool fallback) {
   const json* v = field(body, name);
   if (v == nullptr) return fallback;
-  if (!v->is_boolean()) throw Invalid{std::string("'") + name + "' must be a boolean", name};
+  if (!v->is_boolean()) {
+    throw Error::invalid_request(name, std::string("'") + name + "' must be a boolean");
+  }
   return v->get<bool>();
 }
 
 std::optional<double> get_number(const json& body, const char* name, double lo, double hi) {
   const json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_number()) throw Invalid{std::string("'") + name + "' must be a number", name};
+  if (!v->is_number()) {
+    throw Error::invalid_request(name, std::string("'") + name + "' must be a number");
+  }
   double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "'%s' must be between %g and %g, got %g", name, lo, hi, d);
-    throw Invalid{buf, name};
+    throw Error::invalid_request(name, buf);
   }
   return d;
 }
@@ -60,7 +58,7 @@ std::optional<int64_t> get_int(const json& body, const char* name) {
   } else if (v->is_number_integer()) {
     return v->get<int64_t>();
   }
-  throw Invalid{std::string("'") + name + "' must be an integer", name};
+  throw Error::invalid_request(name, std::string("'") + name + "' must be an integer");
 }
 
 std::vector<std::string> get_stop(const json& body) {
@@ -70,13 +68,15 @@ std::vector<std::string> get_stop(const json& body) {
   if (v->is_string()) {
     stops.push_back(v->get<std::string>());
   } else if (v->is_array()) {
-    if (v->size() > 16) throw Invalid{"'stop' may hold at most 16 strings", "stop"};
+    if (v->size() > 16) throw Error::invalid_request("stop", "'stop' may hold at most 16 strings");
     for (const json& s : *v) {
-      if (!s.is_string()) throw Invalid{"'stop' must be a string or an array of strings", "stop"};
+      if (!s.is_string()) {
+        throw Error::invalid_request("stop", "'stop' must be a string or an array of strings");
+      }
       stops.push_back(s.get<std::string>());
     }
   } else {
-    throw Invalid{"'stop' must be a string or an array of strings", "stop"};
+    throw Error::invalid_request("stop", "'stop' must be a string or an array of strings");
   }
   std::erase_if(stops, [](const std::string& s) { return s.empty(); });
   return stops;
@@ -94,35 +94,35 @@ std::string message_content(const json& m, size_t index) {
     for (const json& part : *it) {
       if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
           !part["text"].is_string()) {
-        throw Invalid{"only text content parts are supported", param};
+        throw Error::invalid_request(param, "only text content parts are supported");
       }
       text += part["text"].get<std::string>();
     }
     return text;
   }
-  throw Invalid{"'content' must be a string or an array of text parts", param};
+  throw Error::invalid_request(param, "'content' must be a string or an array of text parts");
 }
 
 std::vector<ChatMessage> get_messages(const json& body) {
   const json* v = field(body, "messages");
-  if (v == nullptr) throw Invalid{"'messages' is required", "messages"};
-  if (!v->is_array()) throw Invalid{"'messages' must be an array", "messages"};
-  if (v->empty()) throw Invalid{"'messages' must not be empty", "messages"};
+  if (v == nullptr) throw Error::invalid_request("messages", "'messages' is required");
+  if (!v->is_array()) throw Error::invalid_request("messages", "'messages' must be an array");
+  if (v->empty()) throw Error::invalid_request("messages", "'messages' must not be empty");
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < v->size(); ++i) {
     const json& m = (*v)[i];
     std::string param = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw Invalid{"each message must be an object", param};
+    if (!m.is_object()) throw Error::invalid_request(param, "each message must be an object");
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) {
-      throw Invalid{"each message needs a string 'role'", param + ".role"};
+      throw Error::invalid_request(param + ".role", "each message needs a string 'role'");
     }
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";  // OpenAI's newer name for the system turn
     if (r != "system" && r != "user" && r != "assistant") {
-      throw Invalid{"unknown role '" + role->get<std::string>() +
-                        "' (expected system, developer, user or assistant)",
-                    param + ".role"};
+      throw Error::invalid_request(param + ".role",
+                                   "unknown role '" + role->get<std::string>() +
+                                       "' (expected system, developer, user or assistant)");
     }
     out.push_back({r, message_content(m, i)});
   }
@@ -131,13 +131,16 @@ std::vector<ChatMessage> get_messages(const json& body) {
 
 void get_prompt(const json& body, ApiRequest& req) {
   const json* v = field(body, "prompt");
-  if (v == nullptr) throw Invalid{"'prompt' is required", "prompt"};
+  if (v == nullptr) throw Error::invalid_request("prompt", "'prompt' is required");
   auto ids_from = [&](const json& arr) {
     for (const json& t : arr) {
-      if (!t.is_number_integer()) throw Invalid{"a token-id prompt must hold integers", "prompt"};
+      if (!t.is_number_integer()) {
+        throw Error::invalid_request("prompt", "a token-id prompt must hold integers");
+      }
       int64_t id = t.get<int64_t>();
       if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-        throw Invalid{"token id " + std::to_string(id) + " is out of range", "prompt"};
+        throw Error::invalid_request("prompt",
+                                     "token id " + std::to_string(id) + " is out of range");
       }
       req.prompt_ids.push_back(static_cast<int32_t>(id));
     }
@@ -152,35 +155,41 @@ void get_prompt(const json& body, ApiRequest& req) {
   } else if (v->is_array() && v->size() == 1 && (*v)[0].is_array()) {
     ids_from((*v)[0]);
   } else if (v->is_array() && v->size() > 1) {
-    throw Invalid{"only one prompt per request is supported", "prompt"};
+    throw Error::invalid_request("prompt", "only one prompt per request is supported");
   } else {
-    throw Invalid{"'prompt' must be a string or an array of token ids", "prompt"};
+    throw Error::invalid_request("prompt", "'prompt' must be a string or an array of token ids");
   }
-  if (req.prompt_is_ids && req.prompt_ids.empty()) throw Invalid{"'prompt' is empty", "prompt"};
+  if (req.prompt_is_ids && req.prompt_ids.empty()) {
+    throw Error::invalid_request("prompt", "'prompt' is empty");
+  }
 }
 
 ApiRequest parse_object(Endpoint endpoint, const json& body) {
   ApiRequest req;
   req.endpoint = endpoint;
   if (const json* m = field(body, "model")) {
-    if (!m->is_string()) throw Invalid{"'model' must be a string", "model"};
+    if (!m->is_string()) throw Error::invalid_request("model", "'model' must be a string");
     req.model = m->get<std::string>();
   }
   if (endpoint == Endpoint::Completions) {
     get_prompt(body, req);
-    if (get_bool(body, "echo", false)) throw Invalid{"'echo' is not supported", "echo"};
+    if (get_bool(body, "echo", false)) {
+      throw Error::invalid_request("echo", "'echo' is not supported");
+    }
     if (auto best_of = get_int(body, "best_of"); best_of && *best_of != 1) {
-      throw Invalid{"'best_of' must be 1", "best_of"};
+      throw Error::invalid_request("best_of", "'best_of' must be 1");
     }
   } else {
     req.messages = get_messages(body);
   }
   if (auto n = get_int(body, "n"); n && *n != 1) {
-    throw Invalid{"only n = 1 is supported", "n"};
+    throw Error::invalid_request("n", "only n = 1 is supported");
   }
   req.stream = get_bool(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
-    if (!so->is_object()) throw Invalid{"'stream_options' must be an object", "stream_options"};
+    if (!so->is_object()) {
+      throw Error::invalid_request("stream_options", "'stream_options' must be an object");
+    }
     req.include_usage = get_bool(*so, "include_usage", false);
   }
 
@@ -192,9 +201,9 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
     max_param = "max_tokens";
   }
   if (max_tokens && *max_tokens < 1) {
-    throw Invalid{
-        std::string("'") + max_param + "' must be at least 1, got " + std::to_string(*max_tokens),
-        max_param};
+    throw Error::invalid_request(
+        max_param,
+        std::string("'") + max_param + "' must be at least 1, got " + std::to_string(*max_tokens));
   }
   req.max_tokens = max_tokens;
 
@@ -205,7 +214,9 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
   g.sampling.min_p = static_cast<float>(get_number(body, "min_p", 0, 1).value_or(0.0));
   g.sampling.top_k = 0;
   if (auto k = get_int(body, "top_k")) {
-    if (*k > std::numeric_limits<int32_t>::max()) throw Invalid{"'top_k' is too large", "top_k"};
+    if (*k > std::numeric_limits<int32_t>::max()) {
+      throw Error::invalid_request("top_k", "'top_k' is too large");
+    }
     g.sampling.top_k = *k > 0 ? static_cast<int32_t>(*k) : 0;  // -1 / 0: off
   }
   g.sampling.repeat_penalty = 1.0f;
@@ -226,20 +237,22 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
 
   if (endpoint == Endpoint::Completions) {
     if (const json* lp = field(body, "logprobs"); lp != nullptr && lp->is_boolean()) {
-      throw Invalid{"'logprobs' must be an integer for completions", "logprobs"};
+      throw Error::invalid_request("logprobs", "'logprobs' must be an integer for completions");
     }
     if (auto lp = get_int(body, "logprobs")) {
-      if (*lp < 0 || *lp > 20) throw Invalid{"'logprobs' must be between 0 and 20", "logprobs"};
+      if (*lp < 0 || *lp > 20) {
+        throw Error::invalid_request("logprobs", "'logprobs' must be between 0 and 20");
+      }
       g.logprobs = static_cast<int32_t>(*lp);
     }
   } else {
     req.chat_logprobs = get_bool(body, "logprobs", false);
     if (auto top = get_int(body, "top_logprobs")) {
       if (*top < 0 || *top > 20) {
-        throw Invalid{"'top_logprobs' must be between 0 and 20", "top_logprobs"};
+        throw Error::invalid_request("top_logprobs", "'top_logprobs' must be between 0 and 20");
       }
       if (!req.chat_logprobs) {
-        throw Invalid{"'top_logprobs' needs 'logprobs': true", "top_logprobs"};
+        throw Error::invalid_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
       }
       req.top_logprobs = static_cast<int32_t>(*top);
     }
@@ -309,29 +322,16 @@ std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string error_body(const ApiError& e) {
-  json err = {{"message", e.message},
-              {"type", e.type},
-              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
-  return dump_json(json{{"error", err}});
-}
-
-std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body) {
+std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_view body) {
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
-  }
-  if (!j.is_object()) {
-    return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
-  }
+  if (j.is_discarded()) return Error::invalid_request("", "the request body is not valid JSON");
+  if (!j.is_object()) return Error::invalid_request("", "the request body must be a JSON object");
   try {
     return parse_object(endpoint, j);
-  } catch (const Invalid& e) {
-    return ApiError{400, e.message, "invalid_request_error", e.param, ""};
+  } catch (const Error& e) {
+    return e;
   } catch (const json::exception& e) {
-    return ApiError{400, std::string("malformed request: ") + e.what(), "invalid_request_error", "",
-                    ""};
+    return Error::invalid_request("", std::string("malformed request: ") + e.what());
   }
 }
 

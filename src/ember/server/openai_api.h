@@ -1,6 +1,6 @@
 // The OpenAI wire format, kept apart from HTTP plumbing so it can be tested without sockets:
-// request JSON -> validated ApiRequest (or an OpenAI-style error), and engine events -> response
-// JSON / server-sent-event chunks for /v1/completions and /v1/chat/completions.
+// request JSON -> validated ApiRequest (or an ember::Error naming the field), and engine events ->
+// response JSON / server-sent-event chunks for /v1/completions and /v1/chat/completions.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "ember/core/error.h"
 #include "ember/engine/request.h"
 #include "ember/tokenizer/chat_template.h"
 
@@ -21,16 +22,6 @@ class Tokenizer;
 namespace ember::server {
 
 enum class Endpoint : uint8_t { Completions, ChatCompletions };
-
-// An error as OpenAI reports it: {"error": {"message", "type", "param", "code"}}.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;  // empty -> null
-  std::string code;   // empty -> null
-};
-std::string error_body(const ApiError& error);
 
 // A request that passed validation. The prompt is not tokenized yet (the handler does that with
 // the model's tokenizer and chat template).
@@ -50,8 +41,8 @@ struct ApiRequest {
 };
 
 // Parses and validates a request body. Wrong types, out-of-range values, n != 1, empty
-// messages and unknown roles give a 400 naming the parameter.
-std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body);
+// messages and unknown roles give an InvalidArgument error naming the request field.
+std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_view body);
 
 // Everything a finished (or finishing) request produced, accumulated from its stream events.
 struct Completion {

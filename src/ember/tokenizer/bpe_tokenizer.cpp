@@ -84,12 +84,15 @@ BpeTokenizer::~BpeTokenizer() = default;
 BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
   const std::string src = where(vocab_.source);
   const size_t n = vocab_.tokens.size();
-  if (n == 0) throw Error(src + ": empty vocabulary");
-  if (n > static_cast<size_t>(INT32_MAX)) throw Error(src + ": vocabulary too large");
+  if (n == 0) throw Error::in_file(ErrorKind::InvalidFile, src, "empty vocabulary");
+  if (n > static_cast<size_t>(INT32_MAX)) {
+    throw Error::in_file(ErrorKind::InvalidFile, src, "vocabulary too large");
+  }
   if (vocab_.kinds.empty()) vocab_.kinds.assign(n, BpeTokenKind::Normal);
   if (vocab_.kinds.size() != n) {
-    throw Error(src + ": " + std::to_string(vocab_.kinds.size()) + " token types for " +
-                std::to_string(n) + " tokens");
+    throw Error::in_file(
+        ErrorKind::InvalidFile, src,
+        std::to_string(vocab_.kinds.size()) + " token types for " + std::to_string(n) + " tokens");
   }
   const auto valid_or_none = [n](int32_t id) {
     return id >= 0 && static_cast<size_t>(id) < n ? id : -1;
@@ -145,8 +148,9 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
     if (left < 0 || right < 0 || merged < 0) {
       if (!vocab_.strict_merges) continue;  // can never apply: drop it
       const std::string& missing = left < 0 ? a : right < 0 ? b : a + b;
-      throw Error(src + ": merge " + std::to_string(rank) + " '" + a + " " + b + "' names token '" +
-                  missing + "', which is not in the vocabulary");
+      throw Error::in_file(ErrorKind::InvalidFile, src,
+                           "merge " + std::to_string(rank) + " '" + a + " " + b +
+                               "' names token '" + missing + "', which is not in the vocabulary");
     }
     merges_->insert(left, right, static_cast<int32_t>(rank), merged);
   }
@@ -168,8 +172,9 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
   }
   for (const AddedToken& t : added) {
     if (t.id < 0 || static_cast<size_t>(t.id) >= n) {
-      throw Error(src + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
-                  " outside the vocabulary [0, " + std::to_string(n) + ")");
+      throw Error::in_file(ErrorKind::InvalidFile, src,
+                           "added token '" + t.content + "' has id " + std::to_string(t.id) +
+                               " outside the vocabulary [0, " + std::to_string(n) + ")");
     }
   }
   added_ = AddedTokenSplitter(std::move(added));

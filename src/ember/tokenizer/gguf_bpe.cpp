@@ -108,7 +108,8 @@ std::unique_ptr<Tokenizer> load_gguf_bpe_tokenizer(const GgufFile& gguf) {
   const std::string pre = gguf.find(kPreKey) != nullptr ? gguf.get_string(kPreKey) : "default";
   std::optional<GgufPretokenizerPreset> preset = gguf_pretokenizer_preset(pre);
   if (!preset) {
-    throw Error(gguf.path() + ": unknown pre-tokenizer '" + pre + "' (" + kPreKey + ")");
+    throw Error::in_file(ErrorKind::Unsupported, gguf.path(),
+                         "unknown pre-tokenizer '" + pre + "' (" + kPreKey + ")");
   }
   vocab.pretokenizer = std::move(preset->pretokenizer);
   vocab.ignore_merges = preset->ignore_merges;

@@ -5,7 +5,7 @@
 namespace ember::gguf_vocab {
 
 void fail_key(const GgufFile& gguf, const std::string& key, const std::string& what) {
-  throw Error(gguf.path() + ": metadata key '" + key + "' " + what);
+  throw Error::in_file(ErrorKind::InvalidFile, gguf.path(), "metadata key '" + key + "' " + what);
 }
 
 std::optional<int64_t> optional_int(const GgufFile& gguf, const std::string& key) {

@@ -33,9 +33,9 @@ std::unique_ptr<Tokenizer> load_llama2c_model_tokenizer(const fs::path& model_pa
   const std::string path =
       tokenizer_path.empty() ? find_llama2c_tokenizer(model_path, vocab_size) : tokenizer_path;
   if (path.empty()) {
-    throw Error(model_path.string() +
-                ": no tokenizer found beside the model (tokenizer.bin or tok*.bin); "
-                "pass --tokenizer PATH");
+    throw Error::in_file(ErrorKind::NotFound, model_path.string(),
+                         "no tokenizer found beside the model (tokenizer.bin or tok*.bin); "
+                         "pass --tokenizer PATH");
   }
   return load_llama2c_tokenizer(path, static_cast<int32_t>(vocab_size));
 }
@@ -48,8 +48,8 @@ std::unique_ptr<Tokenizer> load_hf_model_tokenizer(const fs::path& model_path,
   const fs::path dir = fs::is_directory(model_path) ? model_path : model_path.parent_path();
   const fs::path json = dir / "tokenizer.json";
   if (!fs::exists(json)) {
-    throw Error(model_path.string() +
-                ": no tokenizer.json beside the model (pass --tokenizer PATH)");
+    throw Error::in_file(ErrorKind::NotFound, model_path.string(),
+                         "no tokenizer.json beside the model (pass --tokenizer PATH)");
   }
   return load_tokenizer_json(json.string());
 }
@@ -72,16 +72,20 @@ std::unique_ptr<Tokenizer> load_tokenizer_for_model(const std::string& model_pat
                                                     const std::string& tokenizer_path) {
   const fs::path path(model_path);
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw Error(model_path + ": no such file or directory");
+  if (!fs::exists(path, ec)) {
+    throw Error::in_file(ErrorKind::NotFound, model_path, "no such file or directory");
+  }
   if (fs::is_directory(path) || path.extension() == ".json") {
     return load_hf_model_tokenizer(path, tokenizer_path);
   }
   if (has_gguf_magic(path)) return load_tokenizer_from_gguf(model_path);
   if (path.extension() == ".bin") return load_llama2c_model_tokenizer(path, tokenizer_path);
-  if (path.extension() == ".gguf") throw Error(model_path + ": bad GGUF magic (expected \"GGUF\")");
-  throw Error(model_path +
-              ": unrecognised model format (expected an HF directory, a .gguf file, a llama2.c "
-              ".bin, or a tokenizer.json / config.json)");
+  if (path.extension() == ".gguf") {
+    throw Error::in_file(ErrorKind::InvalidFile, model_path, "bad GGUF magic (expected \"GGUF\")");
+  }
+  throw Error::in_file(ErrorKind::Unsupported, model_path,
+                       "unrecognised model format (expected an HF directory, a .gguf file, a "
+                       "llama2.c .bin, or a tokenizer.json / config.json)");
 }
 
 std::string find_llama2c_tokenizer(const fs::path& model_path, int64_t vocab_size) {

@@ -84,16 +84,17 @@ struct BigramOrder {
 
 SpmTokenizer::SpmTokenizer(SpmVocab vocab) : vocab_(std::move(vocab)) {
   const size_t n = vocab_.pieces.size();
-  if (n == 0) throw Error("SPM tokenizer: empty vocabulary");
-  if (n > static_cast<size_t>(INT32_MAX)) throw Error("SPM tokenizer: vocabulary too large");
+  if (n == 0) throw Error(ErrorKind::InvalidFile, "SPM tokenizer: empty vocabulary");
+  if (n > static_cast<size_t>(INT32_MAX))
+    throw Error(ErrorKind::InvalidFile, "SPM tokenizer: vocabulary too large");
   if (vocab_.scores.size() != n) {
-    throw Error("SPM tokenizer: " + std::to_string(vocab_.scores.size()) + " scores for " +
-                std::to_string(n) + " tokens");
+    throw Error(ErrorKind::InvalidFile, "SPM tokenizer: " + std::to_string(vocab_.scores.size()) +
+                                            " scores for " + std::to_string(n) + " tokens");
   }
   if (vocab_.types.empty()) vocab_.types.assign(n, SpmTokenType::Normal);
   if (vocab_.types.size() != n) {
-    throw Error("SPM tokenizer: " + std::to_string(vocab_.types.size()) + " token types for " +
-                std::to_string(n) + " tokens");
+    throw Error(ErrorKind::InvalidFile, "SPM tokenizer: " + std::to_string(vocab_.types.size()) +
+                                            " token types for " + std::to_string(n) + " tokens");
   }
   const auto valid_or_none = [n](int32_t id) {
     return id >= 0 && static_cast<size_t>(id) < n ? id : -1;

@@ -25,15 +25,17 @@ using nlohmann::json;
 // Reads and parses a JSON file; every failure names the file.
 json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open file");
+  if (!in) throw Error::in_file(ErrorKind::NotFound, path, "cannot open file");
   std::ostringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
-  if (!byte_level::is_valid_utf8(text)) throw Error(path + ": file is not valid UTF-8");
+  if (!byte_level::is_valid_utf8(text)) {
+    throw Error::in_file(ErrorKind::InvalidFile, path, "file is not valid UTF-8");
+  }
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(path + ": invalid JSON: " + e.what());
+    throw Error::in_file(ErrorKind::InvalidFile, path, std::string("invalid JSON: ") + e.what());
   }
 }
 
@@ -42,7 +44,9 @@ class Reader {
  public:
   explicit Reader(std::string path) : path_(std::move(path)) {}
 
-  [[noreturn]] void fail(const std::string& what) const { throw Error(path_ + ": " + what); }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error::in_file(ErrorKind::InvalidFile, path_, what);
+  }
 
   const json& object(const json& parent, const char* key, const std::string& what) const {
     const auto it = parent.find(key);

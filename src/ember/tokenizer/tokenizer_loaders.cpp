@@ -115,10 +115,14 @@ bool is_byte_piece(const std::string& p) {
 std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& gguf) {
   const std::string model = gguf.get_string(kModelKey);
   if (model == "gpt2") {
-    throw Error(gguf.path() +
-                ": unsupported tokenizer model 'gpt2' (byte-level BPE is not implemented yet)");
+    throw Error::in_file(
+        ErrorKind::Unsupported, gguf.path(),
+        "unsupported tokenizer model 'gpt2' (byte-level BPE is not implemented yet)");
   }
-  if (model != "llama") throw Error(gguf.path() + ": unsupported tokenizer model '" + model + "'");
+  if (model != "llama") {
+    throw Error::in_file(ErrorKind::Unsupported, gguf.path(),
+                         "unsupported tokenizer model '" + model + "'");
+  }
 
   SpmVocab vocab;
   const std::vector<GgufValue>& tokens = gguf.get_array(kTokensKey);
@@ -165,14 +169,17 @@ std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& gguf) {
 
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int32_t vocab_size) {
   if (vocab_size < 3) {
-    throw Error(path + ": vocab_size " + std::to_string(vocab_size) +
-                " is too small for a llama2.c tokenizer (ids 0-2 are <unk>, <s>, </s>)");
+    throw Error::in_file(
+        ErrorKind::InvalidFile, path,
+        "vocab_size " + std::to_string(vocab_size) +
+            " is too small for a llama2.c tokenizer (ids 0-2 are <unk>, <s>, </s>)");
   }
   const MappedFile file(path);
   ByteReader reader(file);
   const int32_t max_token_length = reader.read_i32("tokenizer header (max_token_length)");
   if (max_token_length <= 0) {
-    throw Error(path + ": invalid max_token_length " + std::to_string(max_token_length));
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "invalid max_token_length " + std::to_string(max_token_length));
   }
 
   SpmVocab vocab;
@@ -184,7 +191,8 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int32
     const float score = reader.read_f32(what + " (score)");
     const int32_t length = reader.read_i32(what + " (length)");
     if (length < 0) {
-      throw Error(path + ": " + what + " has negative length " + std::to_string(length));
+      throw Error::in_file(ErrorKind::InvalidFile, path,
+                           what + " has negative length " + std::to_string(length));
     }
     std::string piece = reader.read_bytes(static_cast<size_t>(length), what + " (bytes)");
     SpmTokenType type = SpmTokenType::Normal;

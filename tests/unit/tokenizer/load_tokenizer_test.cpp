@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,37 @@ TEST(LoadTokenizer, ErrorsNameThePath) {
   std::ofstream(dir / "config.json") << "{}";
   msg = test::error_message([&] { load_tokenizer_for_model(dir.string()); });
   EXPECT_EQ(msg, dir.string() + ": no tokenizer.json beside the model (pass --tokenizer PATH)");
+}
+
+TEST(LoadTokenizer, ErrorKinds) {
+  const fs::path dir = test::scratch_dir("load-tok-kinds");
+  auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e;
+    }
+    ADD_FAILURE() << "no error";
+    return Error("no error");
+  };
+  const std::string missing = (dir / "nope.gguf").string();
+  Error e = error_of([&] { load_tokenizer_for_model(missing); });
+  EXPECT_EQ(e.kind(), ErrorKind::NotFound);
+  EXPECT_EQ(e.file(), missing);
+
+  std::ofstream(dir / "model.txt") << "hello";
+  e = error_of([&] { load_tokenizer_for_model((dir / "model.txt").string()); });
+  EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+
+  std::ofstream(dir / "bad.gguf") << "nope";
+  e = error_of([&] { load_tokenizer_for_model((dir / "bad.gguf").string()); });
+  EXPECT_EQ(e.kind(), ErrorKind::InvalidFile);
+  EXPECT_EQ(e.file(), (dir / "bad.gguf").string());
+
+  std::ofstream(dir / "config.json") << "{}";
+  e = error_of([&] { load_tokenizer_for_model(dir.string()); });
+  EXPECT_EQ(e.kind(), ErrorKind::NotFound);
+  EXPECT_EQ(e.file(), dir.string());
 }
 
 }  // namespace

@@ -1,0 +1,155 @@
+// The backend seam: everything that runs the model's arithmetic or owns its memory sits behind this
+// interface, and model code (model/) is written once against it. A backend
+//   - takes host weight views (mapped from a file or converted at load) and returns its own
+//     weights (upload_matrix / upload_vector): layout and memory are its decision;
+//   - allocates KV storage for a KV shape; the bytes and their layout are its own, the block
+//     manager (kv/) only keeps books of block ids;
+//   - runs the ops the model files call, on a Batch (backend/batch.h);
+//   - describes itself (info()).
+// Implementations: cpu/ (SIMD kernels chosen from CPUID, threads, huge pages, weight re-layout)
+// and reference/ (scalar, double accumulation: the oracle every backend is tested against).
+//
+// Activation pointers passed to the ops point into Activations buffers of the same backend (host
+// memory for cpu/reference, device memory for a GPU backend): model code does pointer arithmetic
+// on them but never reads them; to_host() brings results back. Ops on one backend run one at a
+// time, from one thread (the engine's).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ember/backend/batch.h"
+#include "ember/backend/weight.h"
+#include "ember/core/dtype.h"
+
+namespace ember {
+
+struct BackendOptions {
+  std::string name = "cpu";  // cpu | reference
+  int n_threads = 0;         // cpu: 0 = physical cores; reference runs on one thread
+  // cpu: q8_0/q4_0 matrices are rewritten once into the layout its decode kernels read fastest;
+  // false keeps the file's blocks (zero-copy when the file holds the wanted dtype).
+  bool interleave_quantized = true;
+  // true (--no-mmap): matrices already in the compute dtype are copied into the backend's memory
+  // instead of read in place from the file mapping.
+  bool copy_weights = false;
+};
+
+struct BackendInfo {
+  std::string name;     // "cpu", "reference"
+  std::string kernels;  // the kernel set in use: "avx512", "avx2", "scalar"
+  int threads = 1;
+  int64_t weight_bytes_owned = 0;       // weights the backend copied into its own memory
+  int64_t weight_bytes_huge_pages = 0;  // of those, bytes in 2 MiB pages
+};
+
+// The KV cache's shape; how its bytes are laid out is the backend's business.
+struct KvShape {
+  int64_t n_layers = 0;
+  int64_t n_blocks = 0;
+  int64_t block_size = 16;  // tokens per block
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::F32;  // F32, or F16 (half the memory and attention traffic)
+
+  int64_t element_bytes() const { return dtype == DType::F16 ? 2 : 4; }
+  // K + V of one token across all layers, and of one block.
+  int64_t bytes_per_token() const { return n_layers * 2 * n_kv_heads * head_dim * element_bytes(); }
+  int64_t bytes_per_block() const { return bytes_per_token() * block_size; }
+};
+
+// A KV cache allocated by a backend: block ids from the block manager index it, one block id names
+// the same token slots in every layer.
+class KvStorage {
+ public:
+  explicit KvStorage(const KvShape& shape) : shape_(shape) {}
+  virtual ~KvStorage() = default;
+  const KvShape& shape() const { return shape_; }
+
+ private:
+  KvShape shape_;
+};
+
+// A float buffer in a backend's memory (see the file comment).
+class Activations {
+ public:
+  float* data() const { return data_.get(); }
+  int64_t size() const { return size_; }
+
+ private:
+  friend class Backend;
+  std::shared_ptr<float> data_;
+  int64_t size_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendInfo info() const = 0;
+
+  // --- memory ---
+  // A weight matrix from a host view in the Rows layout. `host_is_file` says the view points into a
+  // mapping that outlives the backend (then it may be used in place); otherwise it is temporary and
+  // must be copied.
+  virtual WeightMatrix upload_matrix(const WeightMatrix& host, bool host_is_file) = 0;
+  // A float32 vector (norm weight, bias, RoPE frequencies) copied into backend memory.
+  virtual const float* upload_vector(const float* host, int64_t n) = 0;
+  // Whether `p` lies in memory this backend allocated for weights (not in a file mapping).
+  virtual bool owns_weight(const void* p) const = 0;
+  virtual std::unique_ptr<KvStorage> allocate_kv(const KvShape& shape) = 0;
+  // Makes `buffer` hold at least `floats` floats (contents are not kept when it grows).
+  void reserve(Activations& buffer, int64_t floats);
+  // `n` floats of backend memory as host memory: the memory itself where the host can read it,
+  // else a copy in `staging`.
+  virtual std::span<const float> to_host(const float* data, int64_t n,
+                                         std::vector<float>& staging) = 0;
+
+  // --- ops; "rows" is a token count, T = batch.size() ---
+  // x[t] = table[batch.tokens[t]] as float32: x [T, table.n_cols].
+  virtual void embed(const WeightMatrix& table, const Batch& batch, float* x) = 0;
+  // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight; x/y [rows, D] (may alias).
+  virtual void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t D,
+                       float eps) = 0;
+  // ys[i][t, n] = sum_k x[t, k] * ws[i][n, k] for matrices sharing one input x [rows, K]
+  // (e.g. Q/K/V): a backend may prepare x once for all of them.
+  virtual void matmul(const float* x, int64_t rows, std::span<const WeightMatrix* const> ws,
+                      std::span<float* const> ys) = 0;
+  void matmul(const float* x, int64_t rows, std::initializer_list<const WeightMatrix*> ws,
+              std::initializer_list<float*> ys);
+  // y[t] += bias for every row; y [rows, n].
+  virtual void add_bias(float* y, const float* bias, int64_t rows, int64_t n) = 0;
+  // Rotary embedding at each token's position (batch.positions), HF half-rotation layout (element
+  // i pairs with i + rope_dim / 2 within a head): x [T, n_heads, head_dim] in place.
+  virtual void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+                    const float* inv_freq, const Batch& batch) = 0;
+  // Writes every token's K and V rows ([T, n_kv_heads * head_dim] each) into its cache slot
+  // (block_table[pos / block_size], slot pos % block_size) of `layer`.
+  virtual void store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
+                        const Batch& batch) = 0;
+  // Causal attention of each token over its sequence's positions [0, position] of `layer`, read
+  // through the block tables: q/out [T, n_heads * head_dim]. GQA: query head h reads kv head
+  // h / (n_heads / n_kv_heads).
+  virtual void attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
+                         float scale, const Batch& batch, float* out) = 0;
+  // out = silu(gate) * up, [rows, n].
+  virtual void silu_mul(const float* gate, const float* up, float* out, int64_t rows,
+                        int64_t n) = 0;
+  // y += x (the residual add), [rows, n].
+  virtual void add(float* y, const float* x, int64_t rows, int64_t n) = 0;
+  // out[r] = x[rows[r]]: x [*, D] -> out [rows.size(), D] (the rows whose logits are wanted).
+  virtual void gather_rows(const float* x, int64_t D, std::span<const int32_t> rows,
+                           float* out) = 0;
+
+ protected:
+  // Backends allocate activation buffers in their own memory.
+  virtual std::shared_ptr<float> allocate_activations(int64_t floats) = 0;
+};
+
+// "cpu" or "reference"; throws ember::Error naming the choices for anything else.
+std::shared_ptr<Backend> make_backend(const BackendOptions& options);
+
+}  // namespace ember

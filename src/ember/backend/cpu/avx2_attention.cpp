@@ -1,0 +1,527 @@
+// AVX2 attention of one query token over its paged context, FlashAttention-style: the context is
+// streamed a few KV blocks at a time (a softmax step) with an online softmax, so no [ctx_len] score
+// row is ever built.
+//
+// Per kv head g, the `group` query heads that share it (GQA) are processed together, so each K/V
+// row is fetched from memory once for all of them. State per query head: running max m, running
+// denominator l and an unnormalised accumulator acc [head_dim]. For each step's scores s:
+//   m' = max(m, max s);  c = exp(m - m');  l = c l + sum exp(s - m');  acc = c acc + sum exp(s -
+//   m') v
+// and at the end out = acc / l.
+//
+// With GQA groups of up to 3 heads and head_dim % 8 == 0 (SmolLM2: 3 and 64) the group's heads run
+// together (the grouped kernels below); otherwise head by head. An f16 cache read by one token is
+// widened (exactly) in registers by the grouped kernels; read by several tokens, or on the head-by-
+// head path, each (block, kv head) is widened once into per-thread f32 rows for all of them.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "ember/backend/cpu/avx2_util.h"
+#include "ember/backend/cpu/kernels_isa.h"
+#include "ember/core/aligned_vector.h"
+
+namespace ember::cpu::avx2 {
+namespace {
+
+// Per-thread scratch that only grows: the hot path does not allocate after the first call.
+struct AttentionScratch {
+  std::vector<float> acc;     // [group, hd_pad]
+  std::vector<float> scores;  // [group, step_pad]
+  std::vector<float> m, l;    // [group]
+  AlignedVector<float> k, v;  // a step's f16 blocks widened: [step_keys, hd_pad]
+};
+
+// Every cache line of [p, p + bytes) into L1.
+EMBER_AVX2_INLINE void prefetch_span(const char* p, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
+}
+
+// Rows [0, n) of one kv head's block (contiguous, hd halves each) into dst [n, hd_pad].
+EMBER_AVX2_INLINE void widen_f16_rows(const uint16_t* src, int64_t n, int64_t hd, int64_t hd_pad,
+                                      float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t* s = src + i * hd;
+    float* o = dst + i * hd_pad;
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) {
+      _mm256_store_ps(o + d,
+                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + d))));
+    }
+    for (; d < hd; ++d) o[d] = _cvtsh_ss(s[d]);
+  }
+}
+
+// q · k over hd values; hd % 8 lanes are handled with the tail mask.
+EMBER_AVX2_INLINE float dot(const float* q, const float* k, int64_t hd, __m256i mask) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), a1);
+  }
+  if (d + 8 <= hd) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
+    d += 8;
+  }
+  if (d < hd) {
+    a1 = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, mask), _mm256_maskload_ps(k + d, mask), a1);
+  }
+  return hsum(_mm256_add_ps(a0, a1));
+}
+
+// Per-lane partial sums of q . k_i for N keys (rows k + i * stride): one accumulator per key.
+template <int N>
+EMBER_AVX2_INLINE void key_partials(const float* q, const float* k, int64_t stride, int64_t hd,
+                                    __m256i mask, __m256 (&a)[N]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) a[i] = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i)
+      a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i * stride + d), a[i]);
+  }
+  if (d < hd) {
+    const __m256 qv = _mm256_maskload_ps(q + d, mask);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      a[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * stride + d, mask), a[i]);
+    }
+  }
+}
+
+// hadd(a0, a1) = [a0 pairs, a1 pairs] per 128-bit half; two levels give, per half, the partial
+// sums of 4 keys in order; adding the halves completes them.
+EMBER_AVX2_INLINE __m256 hadd_tree4(const __m256* a) {
+  return _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+}
+
+// q . k_i for 4 keys at once, reduced together instead of by four separate horizontal sums.
+EMBER_AVX2_INLINE __m128 dot4(const float* q, const float* k, int64_t stride, int64_t hd,
+                              __m256i mask) {
+  __m256 a[4];
+  key_partials<4>(q, k, stride, hd, mask, a);
+  const __m256 h = hadd_tree4(a);
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// q . k_i for 8 keys at once: 8 independent FMA chains (dot4's 4 chains wait on the FMA latency),
+// each key's sum bit-identical to dot4's (same partials, same tree; the halves of keys 0-3 and
+// 4-7 are then completed side by side).
+EMBER_AVX2_INLINE __m256 dot8(const float* q, const float* k, int64_t stride, int64_t hd,
+                              __m256i mask) {
+  __m256 a[8];
+  key_partials<8>(q, k, stride, hd, mask, a);
+  const __m256 h0123 = hadd_tree4(a), h4567 = hadd_tree4(a + 4);
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                       _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
+// acc[0, NV * 8) += sum_i p[i] * v_i[0, NV * 8) over n rows v_i = v + i * stride, with the
+// accumulator held in registers for the whole block (one load and one store per block instead of
+// one per key). `mask` covers the valid lanes of the last vector (hd not a multiple of 8), so no
+// V row is read past its end.
+template <int NV>
+EMBER_AVX2_INLINE void accumulate_pv(float* acc, const float* p, const float* v, int64_t stride,
+                                     int64_t n, __m256i mask, bool masked_tail) {
+  __m256 a[NV];
+#pragma GCC unroll 8
+  for (int c = 0; c < NV; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
+  for (int64_t i = 0; i < n; ++i) {
+    const __m256 pv = _mm256_set1_ps(p[i]);
+    const float* vi = v + i * stride;
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) {
+      const __m256 vv = (c == NV - 1 && masked_tail) ? _mm256_maskload_ps(vi + 8 * c, mask)
+                                                     : _mm256_loadu_ps(vi + 8 * c);
+      a[c] = _mm256_fmadd_ps(pv, vv, a[c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
+}
+
+// accumulate_pv<nv> for a run-time nv in 1..NV (compile-time dispatch, stays inlined).
+template <int NV>
+EMBER_AVX2_INLINE void accumulate_pv_width(int64_t nv, float* acc, const float* p, const float* v,
+                                           int64_t stride, int64_t n, __m256i mask, bool tail) {
+  if constexpr (NV > 1) {
+    if (nv < NV) return accumulate_pv_width<NV - 1>(nv, acc, p, v, stride, n, mask, tail);
+  }
+  accumulate_pv<NV>(acc, p, v, stride, n, mask, tail);
+}
+
+// accumulate_pv over any head_dim: chunks of up to 8 vectors.
+EMBER_AVX2_INLINE void accumulate_pv_any(float* acc, const float* p, const float* v, int64_t stride,
+                                         int64_t n, int64_t hd, __m256i mask) {
+  for (int64_t d = 0; d < hd; d += 64) {
+    const int64_t nv = std::min<int64_t>(8, (hd - d + 7) / 8);
+    accumulate_pv_width<8>(nv, acc + d, p, v + d, stride, n, mask, d + nv * 8 > hd);
+  }
+}
+
+// Keys per online-softmax step: whole blocks, at least this many. The softmax update (max, exp,
+// hsum, rescale of the accumulator) is a serial chain per head; one per 16-key block was a
+// quarter of the block's work. Four blocks per step: BM_Attention (3 alternating runs, one thread)
+// 512-token context f32 cache 49-51 -> 46-48 us, f16 64-80 -> 58-60 us; in the engine B = 4 at a
+// 512-token context x1.05 (8 pairs, 0.92..1.54), B = 32 at 128-256 within noise.
+constexpr int64_t kSoftmaxStepKeys = 64;
+
+// The blocks of one softmax step for one kv head: K and V rows of block b at k[b] / v[b] (in the
+// pool, or in the widened f16 scratch), or at k16[b] / v16[b] (an f16 pool read as it is).
+struct StepBlocks {
+  static constexpr int64_t kMax = kSoftmaxStepKeys;  // enough for block_size >= 1
+  const float* k[kMax];
+  const float* v[kMax];
+  const uint16_t* k16[kMax];
+  const uint16_t* v16[kMax];
+};
+
+// Scores s[0, n) = scale * q . k_i over a step's keys (block b holds keys [b bs, b bs + bs)), then
+// -inf up to n_pad so that exp() makes the padding 0. Keys go 8, then 4, then 1 at a time within
+// each block, as dot8 / dot4 / dot give the same bits per key.
+EMBER_AVX2_INLINE void step_scores(const float* q, const float* const* blocks, int64_t bs,
+                                   int64_t n, int64_t row_stride, int64_t hd, __m256i hd_mask,
+                                   float scale, int64_t n_pad, float* s) {
+  for (int64_t b = 0; b * bs < n; ++b) {
+    const float* kb = blocks[b];
+    float* sb = s + b * bs;
+    const int64_t nb = std::min(bs, n - b * bs);
+    int64_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+      const __m256 d8 = dot8(q, kb + i * row_stride, row_stride, hd, hd_mask);
+      _mm256_storeu_ps(sb + i, _mm256_mul_ps(d8, _mm256_set1_ps(scale)));
+    }
+    for (; i + 4 <= nb; i += 4) {
+      const __m128 d4 = dot4(q, kb + i * row_stride, row_stride, hd, hd_mask);
+      _mm_storeu_ps(sb + i, _mm_mul_ps(d4, _mm_set1_ps(scale)));
+    }
+    for (; i < nb; ++i) sb[i] = dot(q, kb + i * row_stride, hd, hd_mask) * scale;
+  }
+  for (int64_t i = n; i < n_pad; ++i) s[i] = -INFINITY;
+}
+
+// --- Grouped path: the G query heads of a kv head together (hd % 8 == 0, G <= 3) ---------------
+// Each K/V chunk is loaded once for all G heads (and, from an f16 cache read by one token, widened
+// in registers: no scratch pass). Per (head, key) the FMAs and reductions are those of dot4 /
+// accumulate_pv above, so the bits are the same as the per-head path's.
+
+// 8 values of a K/V row at element d as f32: f32 rows as they are, f16 rows widened (exactly).
+template <typename Elem>
+EMBER_AVX2_INLINE __m256 load_kv8(const Elem* row, int64_t d) {
+  if constexpr (std::is_same_v<Elem, uint16_t>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)));
+  } else {
+    return _mm256_loadu_ps(row + d);
+  }
+}
+
+// dot() for hd % 8 == 0 and either row type: the same accumulators and order.
+template <typename Elem>
+EMBER_AVX2_INLINE float dot_row(const float* q, const Elem* k, int64_t hd) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load_kv8(k, d), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load_kv8(k, d + 8), a1);
+  }
+  if (d < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load_kv8(k, d), a0);
+  return hsum(_mm256_add_ps(a0, a1));
+}
+
+// q_h . k_i for G heads (q_h = q + h * hd) x 4 keys (k + i * stride): dot4()'s partials and tree
+// per (head, key). G = 3: 12 accumulators + 3 query vectors + 1 key vector = the 16 ymm registers.
+template <int G, typename Elem>
+EMBER_AVX2_INLINE void group_dot4(const float* q, int64_t hd, const Elem* k, int64_t stride,
+                                  __m128 (&out)[G]) {
+  __m256 a[G][4];
+  zero_accumulators(a);
+  for (int64_t d = 0; d < hd; d += 8) {
+    __m256 qv[G];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; ++h) qv[h] = _mm256_loadu_ps(q + h * hd + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m256 kv = load_kv8(k + i * stride, d);
+#pragma GCC unroll 4
+      for (int h = 0; h < G; ++h) a[h][i] = _mm256_fmadd_ps(qv[h], kv, a[h][i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < G; ++h) {
+    const __m256 t = hadd_tree4(a[h]);
+    out[h] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  }
+}
+
+// step_scores() for the G heads at once: head h's scores at s + h * s_stride.
+template <int G, typename Elem>
+EMBER_AVX2_INLINE void group_step_scores(const float* q, const Elem* const* blocks, int64_t bs,
+                                         int64_t n, int64_t row_stride, int64_t hd, float scale,
+                                         int64_t n_pad, float* s, int64_t s_stride) {
+  const __m128 scale4 = _mm_set1_ps(scale);
+  for (int64_t b = 0; b * bs < n; ++b) {
+    const Elem* kb = blocks[b];
+    const int64_t nb = std::min(bs, n - b * bs);
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+      __m128 d4[G];
+      group_dot4<G>(q, hd, kb + i * row_stride, row_stride, d4);
+#pragma GCC unroll 4
+      for (int h = 0; h < G; ++h)
+        _mm_storeu_ps(s + h * s_stride + b * bs + i, _mm_mul_ps(d4[h], scale4));
+    }
+    for (; i < nb; ++i) {
+      for (int h = 0; h < G; ++h) {
+        s[h * s_stride + b * bs + i] = dot_row(q + h * hd, kb + i * row_stride, hd) * scale;
+      }
+    }
+  }
+  for (int h = 0; h < G; ++h) {
+    for (int64_t i = n; i < n_pad; ++i) s[h * s_stride + i] = -INFINITY;
+  }
+}
+
+// acc_h[d, d + 8 NV) += sum_i p_h[i] * v_i[d, d + 8 NV) for the G heads (acc_h = acc + h *
+// acc_stride, p_h = p + h * p_stride) over n rows v_i = v + i * stride: accumulate_pv()'s order.
+// G = 3, NV = 4: 12 accumulators + 3 broadcasts + 1 value vector.
+template <int G, int NV, typename Elem>
+EMBER_AVX2_INLINE void group_pv_chunk(float* acc, int64_t acc_stride, const float* p,
+                                      int64_t p_stride, const Elem* v, int64_t stride, int64_t n,
+                                      int64_t d) {
+  __m256 a[G][NV];
+#pragma GCC unroll 4
+  for (int h = 0; h < G; ++h) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) a[h][c] = _mm256_loadu_ps(acc + h * acc_stride + d + 8 * c);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    __m256 pb[G];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; ++h) pb[h] = _mm256_broadcast_ss(p + h * p_stride + i);
+    const Elem* vi = v + i * stride;
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) {
+      const __m256 vv = load_kv8(vi, d + 8 * c);
+#pragma GCC unroll 4
+      for (int h = 0; h < G; ++h) a[h][c] = _mm256_fmadd_ps(pb[h], vv, a[h][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < G; ++h) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + h * acc_stride + d + 8 * c, a[h][c]);
+  }
+}
+
+template <int G, typename Elem>
+EMBER_AVX2_INLINE void group_pv(float* acc, int64_t acc_stride, const float* p, int64_t p_stride,
+                                const Elem* v, int64_t stride, int64_t n, int64_t hd) {
+  int64_t d = 0;
+  for (; d + 32 <= hd; d += 32) group_pv_chunk<G, 4>(acc, acc_stride, p, p_stride, v, stride, n, d);
+  switch ((hd - d) / 8) {
+    case 3:
+      return group_pv_chunk<G, 3>(acc, acc_stride, p, p_stride, v, stride, n, d);
+    case 2:
+      return group_pv_chunk<G, 2>(acc, acc_stride, p, p_stride, v, stride, n, d);
+    case 1:
+      return group_pv_chunk<G, 1>(acc, acc_stride, p, p_stride, v, stride, n, d);
+    default:
+      return;
+  }
+}
+
+// One softmax step of one token for the `group` query heads of a kv head (qg: their queries, hd
+// apart): scores, the online-softmax update of m, l and acc [group, hd_pad], then acc += P V. The
+// step's blocks: kb[b] / vb[b], rows row_stride apart. G > 0: the grouped kernels (group == G,
+// hd % 8 == 0); G == 0: head by head (any group and hd; f32 rows).
+template <int G, typename Elem>
+EMBER_AVX2_INLINE void token_step(const float* qg, const Elem* const* kb, const Elem* const* vb,
+                                  int64_t group, int64_t bs, int64_t n, int64_t row_stride,
+                                  int64_t hd, int64_t hd_pad, __m256i hd_mask, float scale,
+                                  int64_t step_pad, float* scores, float* acc, float* m, float* l) {
+  if constexpr (G > 0) {
+    group_step_scores<G>(qg, kb, bs, n, row_stride, hd, scale, step_pad, scores, step_pad);
+  } else {
+    static_assert(std::is_same_v<Elem, float>, "the per-head path reads f32 rows");
+    for (int64_t j = 0; j < group; ++j) {
+      step_scores(qg + j * hd, kb, bs, n, row_stride, hd, hd_mask, scale, step_pad,
+                  scores + j * step_pad);
+    }
+  }
+  for (int64_t j = 0; j < group; ++j) {
+    float* s = scores + j * step_pad;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < step_pad; i += 8) {
+      vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
+    }
+    const float m_new = std::max(m[j], hmax(vmax));
+    const __m256 mv = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < step_pad; i += 8) {
+      const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+      _mm256_storeu_ps(s + i, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    // c = exp(m - m'): 0 on the first step (m = -inf), 1 when the max did not grow.
+    const float c = _mm256_cvtss_f32(exp(_mm256_set1_ps(m[j] - m_new)));
+    l[j] = l[j] * c + hsum(sum);
+    m[j] = m_new;
+    float* a = acc + j * hd_pad;
+    const __m256 cv = _mm256_set1_ps(c);
+    for (int64_t d = 0; d < hd_pad; d += 8) {
+      _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
+    }
+  }
+  // acc[j] += sum_i p[j][i] * v_i, block by block, acc[j] in registers across each block.
+  if constexpr (G > 0) {
+    for (int64_t b = 0; b * bs < n; ++b) {
+      group_pv<G>(acc, hd_pad, scores + b * bs, step_pad, vb[b], row_stride,
+                  std::min(bs, n - b * bs), hd);
+    }
+  } else {
+    for (int64_t j = 0; j < group; ++j) {
+      for (int64_t b = 0; b * bs < n; ++b) {
+        accumulate_pv_any(acc + j * hd_pad, scores + j * step_pad + b * bs, vb[b], row_stride,
+                          std::min(bs, n - b * bs), hd, hd_mask);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// nt query tokens of one sequence: token u's heads at q + u * q_stride, its output at
+// out + u * out_stride, its context [0, ctx0 + u). Only the query heads of kv heads
+// [kv_head_begin, kv_head_end) are computed. The tokens walk the K/V blocks together, so each block
+// is fetched into L1 once for all of them; every (token, head) row keeps its own softmax state and
+// runs exactly the operations it would alone (softmax steps start at multiples of the step length,
+// whatever the token), so results do not depend on nt. G: see token_step.
+template <int G>
+EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_stride,
+                                       int64_t n_heads, const PagedKv& kv,
+                                       const int32_t* block_table, int64_t ctx0, float scale,
+                                       float* out, int64_t out_stride, int64_t kv_head_begin,
+                                       int64_t kv_head_end) {
+  thread_local AttentionScratch scratch;
+  const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
+  const int64_t group = n_heads / n_kv, rows = nt * group;
+  const int64_t hd_pad = (hd + 7) / 8 * 8;
+  const int64_t step_blocks = std::max<int64_t>(1, kSoftmaxStepKeys / bs);
+  const int64_t step_keys = step_blocks * bs, step_pad = (step_keys + 7) / 8 * 8;
+  const __m256i hd_mask = tail_mask(hd % 8);
+  if (static_cast<int64_t>(scratch.acc.size()) < rows * hd_pad) {
+    scratch.acc.resize(static_cast<size_t>(rows * hd_pad));
+  }
+  if (static_cast<int64_t>(scratch.scores.size()) < group * step_pad) {
+    scratch.scores.resize(static_cast<size_t>(group * step_pad));
+  }
+  if (static_cast<int64_t>(scratch.m.size()) < rows) {
+    scratch.m.resize(static_cast<size_t>(rows));
+    scratch.l.resize(static_cast<size_t>(rows));
+  }
+  const bool f16 = kv.dtype == DType::F16;
+  const int64_t elem_bytes = f16 ? 2 : 4;
+  if (f16 && static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
+    scratch.k.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
+    scratch.v.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
+  }
+  float* scores = scratch.scores.data();
+  const int64_t ctx_last = ctx0 + nt - 1;  // the longest context among the tokens
+  // One token reads each block once: the grouped kernels widen an f16 block in registers as they
+  // go. Several tokens share one widening into the scratch rows.
+  const bool inline_f16 = G > 0 && f16 && nt == 1;
+  // Distance between a block's consecutive token rows: in the pool, or in the widened f16 rows.
+  const int64_t row_stride = f16 && !inline_f16 ? hd_pad : hd;
+  StepBlocks blocks;
+
+  for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
+    std::fill(scratch.acc.begin(), scratch.acc.begin() + rows * hd_pad, 0.0f);
+    std::fill(scratch.m.begin(), scratch.m.begin() + rows, -INFINITY);
+    std::fill(scratch.l.begin(), scratch.l.begin() + rows, 0.0f);
+    for (int64_t p0 = 0; p0 < ctx_last; p0 += step_keys) {
+      // This step's blocks for kv head g: each holds bs consecutive rows of hd values.
+      const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const int64_t pb = p0 + b * bs;
+        const int64_t first = kv.row_offset(block_table[pb / bs], 0, g);
+        // The next block sits anywhere in the pool: the hardware prefetcher cannot guess it, so
+        // its rows for this head are requested now.
+        if (pb + bs < ctx_last) {
+          const int64_t next_rows = std::min(bs, ctx_last - pb - bs);
+          const int64_t next = kv.row_offset(block_table[pb / bs + 1], 0, g) * elem_bytes;
+          prefetch_span(static_cast<const char*>(kv.k_pool) + next, next_rows * hd * elem_bytes);
+          prefetch_span(static_cast<const char*>(kv.v_pool) + next, next_rows * hd * elem_bytes);
+        }
+        if (inline_f16) {
+          blocks.k16[b] = static_cast<const uint16_t*>(kv.k_pool) + first;
+          blocks.v16[b] = static_cast<const uint16_t*>(kv.v_pool) + first;
+        } else if (f16) {
+          const int64_t n_rows = std::min(bs, ctx_last - pb);
+          float* kd = scratch.k.data() + b * bs * hd_pad;
+          float* vd = scratch.v.data() + b * bs * hd_pad;
+          widen_f16_rows(static_cast<const uint16_t*>(kv.k_pool) + first, n_rows, hd, hd_pad, kd);
+          widen_f16_rows(static_cast<const uint16_t*>(kv.v_pool) + first, n_rows, hd, hd_pad, vd);
+          blocks.k[b] = kd;
+          blocks.v[b] = vd;
+        } else {
+          blocks.k[b] = static_cast<const float*>(kv.k_pool) + first;
+          blocks.v[b] = static_cast<const float*>(kv.v_pool) + first;
+        }
+      }
+      for (int64_t u = 0; u < nt; ++u) {
+        const int64_t ctx_len = ctx0 + u;
+        if (p0 >= ctx_len) continue;
+        const int64_t n = std::min(step_keys, ctx_len - p0);
+        const float* qg = q + u * q_stride + g * group * hd;  // the group's heads are consecutive
+        float* acc = scratch.acc.data() + u * group * hd_pad;
+        float* m = scratch.m.data() + u * group;
+        float* l = scratch.l.data() + u * group;
+
+        if constexpr (G > 0) {
+          if (inline_f16) {
+            token_step<G>(qg, blocks.k16, blocks.v16, group, bs, n, row_stride, hd, hd_pad, hd_mask,
+                          scale, step_pad, scores, acc, m, l);
+            continue;
+          }
+        }
+        token_step<G>(qg, blocks.k, blocks.v, group, bs, n, row_stride, hd, hd_pad, hd_mask, scale,
+                      step_pad, scores, acc, m, l);
+      }
+    }
+    for (int64_t u = 0; u < nt; ++u) {
+      for (int64_t j = 0; j < group; ++j) {
+        const float lj = scratch.l[u * group + j];
+        const __m256 inv = _mm256_set1_ps(lj > 0.0f ? 1.0f / lj : 0.0f);
+        const float* a = scratch.acc.data() + (u * group + j) * hd_pad;
+        float* o = out + u * out_stride + (g * group + j) * hd;
+        int64_t d = 0;
+        for (; d + 8 <= hd; d += 8) {
+          _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+        }
+        if (d < hd) {
+          _mm256_maskstore_ps(o + d, hd_mask, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+        }
+      }
+    }
+  }
+}
+
+EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                                 const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                                 float scale, float* out, int64_t out_stride, int64_t kv_head_begin,
+                                 int64_t kv_head_end) {
+  const int64_t group = n_heads / kv.n_kv_heads;
+  const bool grouped = kv.head_dim % 8 == 0;
+  auto run = grouped && group == 3   ? attention_tokens_group<3>
+             : grouped && group == 2 ? attention_tokens_group<2>
+             : grouped && group == 1 ? attention_tokens_group<1>
+                                     : attention_tokens_group<0>;
+  run(q, nt, q_stride, n_heads, kv, block_table, ctx0, scale, out, out_stride, kv_head_begin,
+      kv_head_end);
+}
+
+}  // namespace ember::cpu::avx2

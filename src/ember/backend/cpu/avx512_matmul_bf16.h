@@ -1,0 +1,18 @@
+// The AVX-512 bf16 matmul (vdpbf16ps) behind avx512::matmul_prepared; see the .cpp for the
+// prepared activation layout and the numerics.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/backend/cpu/kernels.h"
+
+namespace ember::cpu::avx512 {
+
+// prepared_activation_floats / prepare_activations / matmul_prepared for bf16 weights.
+int64_t bf16_prepared_floats(int64_t T, int64_t K);
+void bf16_prepare(const float* x, int64_t T, int64_t K, int64_t token_begin, int64_t token_end,
+                  float* xp);
+void bf16_matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                          int64_t row_begin, int64_t row_end);
+
+}  // namespace ember::cpu::avx512

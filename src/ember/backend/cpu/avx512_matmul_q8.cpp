@@ -1,0 +1,39 @@
+// AVX-512 (VNNI) q8_0/q4_0 matmul against 8-bit activations: Interleaved8 matrices (what the loader
+// makes) run the shared interleaved tiles with vpdpbusd (AVX512_VNNI on 256-bit vectors: on CPUs
+// that execute 512-bit ops as two halves the wider form gains nothing, and the 8-row groups fill a
+// 256-bit vector exactly); Rows-layout matrices (--no-interleave) keep the AVX2 kernel.
+#include <algorithm>
+
+#include "ember/backend/cpu/avx2_prefetch.h"
+#include "ember/backend/cpu/avx2_util.h"
+#include "ember/backend/cpu/avx512_util.h"
+#include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/weight_layout.h"
+
+namespace ember::cpu::avx512 {
+namespace {
+
+using avx2::LinePrefetcher;
+using avx2::load_u32;
+
+constexpr bool kUseVnni = true;
+#define EMBER_TILE EMBER_AVX512
+#define EMBER_TILE_INLINE EMBER_AVX512_INLINE
+#include "ember/backend/cpu/matmul_interleaved_tiles.inc"
+#undef EMBER_TILE
+#undef EMBER_TILE_INLINE
+
+}  // namespace
+
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end) {
+  if (w.layout != WeightLayout::Interleaved8) {
+    return avx2::matmul_q8(xq, T, w, y, ldy, row_begin, row_end);
+  }
+  if (row_begin >= row_end) return;
+  if (w.dtype == DType::Q8_0)
+    return matmul_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
+  matmul_dtype<DType::Q4_0>(xq, T, w, y, ldy, row_begin, row_end);
+}
+
+}  // namespace ember::cpu::avx512

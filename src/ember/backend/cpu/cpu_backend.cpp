@@ -1,0 +1,186 @@
+#include "ember/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "ember/backend/cpu/host_kv_storage.h"
+#include "ember/backend/cpu/weight_layout.h"
+#include "ember/core/error.h"
+
+namespace ember::cpu {
+
+namespace {
+// Work items of attention are (query tile, kv head): a tile is up to this many consecutive tokens
+// of one sequence, which read each K/V block once together.
+constexpr int64_t kAttentionTile = 8;
+}  // namespace
+
+CpuBackend::CpuBackend(const BackendOptions& options)
+    : options_(options), threads_(options.n_threads) {}
+
+BackendInfo CpuBackend::info() const {
+  BackendInfo i;
+  i.name = "cpu";
+  i.kernels = isa_name(active_isa());
+  i.threads = threads_.size();
+  i.weight_bytes_owned = static_cast<int64_t>(arena_.reserved_bytes());
+  i.weight_bytes_huge_pages = static_cast<int64_t>(arena_.huge_backed_bytes());
+  return i;
+}
+
+WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host, bool host_is_file) {
+  // q8_0/q4_0 are interleaved 8 rows at a time for the decode kernels (weight_layout.h); other
+  // matrices are read in place from the file unless --no-mmap asked for a copy in huge pages.
+  if (options_.interleave_quantized && dtype_is_quantized(host.dtype)) {
+    const int64_t bytes =
+        weight_matrix_bytes(host.dtype, host.n_rows, host.n_cols, WeightLayout::Interleaved8);
+    return interleave_rows(host, arena_.allocate(static_cast<size_t>(bytes)));
+  }
+  if (host_is_file && !options_.copy_weights) return host;
+  WeightMatrix out = host;
+  auto* dst = arena_.allocate(static_cast<size_t>(host.bytes()));
+  std::memcpy(dst, host.data, static_cast<size_t>(host.bytes()));
+  out.data = dst;
+  return out;
+}
+
+const float* CpuBackend::upload_vector(const float* host, int64_t n) {
+  auto* dst = reinterpret_cast<float*>(arena_.allocate(static_cast<size_t>(n) * sizeof(float)));
+  std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(float));
+  return dst;
+}
+
+std::unique_ptr<KvStorage> CpuBackend::allocate_kv(const KvShape& shape) {
+  return std::make_unique<HostKvStorage>(shape);
+}
+
+std::shared_ptr<float> CpuBackend::allocate_activations(int64_t floats) {
+  // 64-byte aligned for the kernels' vector loads.
+  const size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + 63) / 64 * 64;
+  float* p = static_cast<float*>(::operator new (bytes, std::align_val_t{64}));
+  return std::shared_ptr<float>(p, [](float* q) { ::operator delete (q, std::align_val_t{64}); });
+}
+
+std::span<const float> CpuBackend::to_host(const float* data, int64_t n, std::vector<float>&) {
+  return {data, static_cast<size_t>(n)};
+}
+
+void CpuBackend::embed(const WeightMatrix& table, const Batch& batch, float* x) {
+  const int64_t D = table.n_cols;
+  for (int64_t i = 0; i < batch.size(); ++i) {
+    const int32_t token = batch.tokens[static_cast<size_t>(i)];
+    if (token < 0 || token >= table.n_rows) {
+      throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
+                  std::to_string(table.n_rows) + ")");
+    }
+    dequantize_row(table, token, x + i * D);
+  }
+}
+
+void CpuBackend::rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t D,
+                         float eps) {
+  for_token_rows(rows, [&](int64_t b, int64_t e) {
+    cpu::rmsnorm(x + b * D, weight, y + b * D, e - b, D, eps);
+  });
+}
+
+void CpuBackend::add_bias(float* y, const float* bias, int64_t rows, int64_t n) {
+  for_token_rows(rows, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) add_inplace(y + t * n, bias, n);
+  });
+}
+
+void CpuBackend::rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+                      const float* inv_freq, const Batch& batch) {
+  const int64_t width = n_heads * head_dim;
+  for_token_rows(batch.size(), [&](int64_t b, int64_t e) {
+    cpu::rope(x + b * width, e - b, n_heads, head_dim, rope_dim, batch.positions.data() + b,
+              inv_freq);
+  });
+}
+
+void CpuBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
+                          const Batch& batch) {
+  auto& cache = static_cast<HostKvStorage&>(kv);
+  const KvShape& s = cache.shape();
+  const int64_t kvd = s.n_kv_heads * s.head_dim;
+  for_token_rows(batch.size(), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t pos = batch.positions[t];
+      const int32_t block = batch.sequences[static_cast<size_t>(batch.sequence_of[t])]
+                                .block_table[pos / s.block_size];
+      for (int64_t g = 0; g < s.n_kv_heads; ++g) {
+        const int64_t off = cache.row_offset(block, pos % s.block_size, g);
+        const int64_t src = t * kvd + g * s.head_dim;
+        cpu::store_kv(k + src, s.head_dim, s.dtype, cache.k_at(layer, off));
+        cpu::store_kv(v + src, s.head_dim, s.dtype, cache.v_at(layer, off));
+      }
+    }
+  });
+}
+
+void CpuBackend::attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
+                           float scale, const Batch& batch, float* out) {
+  const auto& cache = static_cast<const HostKvStorage&>(kv);
+  const PagedKv view = cache.layer_view(layer);
+  const int64_t T = batch.size(), qd = n_heads * view.head_dim;
+  const auto table_of = [&](int64_t t) {
+    return batch.sequences[static_cast<size_t>(batch.sequence_of[t])].block_table;
+  };
+  // Work items are (query tile, kv head): the tokens of a tile read each K/V block once together;
+  // splitting by kv head lets even a single decode token's heads run on several threads.
+  attention_tiles_.clear();
+  for (int64_t t = 0; t < T;) {
+    int64_t e = t + 1;
+    while (e < T && e - t < kAttentionTile && batch.sequence_of[e] == batch.sequence_of[t] &&
+           batch.positions[e] == batch.positions[e - 1] + 1) {
+      ++e;
+    }
+    attention_tiles_.push_back({t, e - t});
+    t = e;
+  }
+  const int64_t n_kv = view.n_kv_heads;
+  const int64_t n_items = static_cast<int64_t>(attention_tiles_.size()) * n_kv;
+  const auto tile = [&](int64_t item) {
+    return attention_tiles_[attention_tiles_.size() - 1 - static_cast<size_t>(item / n_kv)];
+  };
+  // Items run last tile first: with causal attention the late tiles cost the most, and handing them
+  // out first keeps the threads' finishing times close.
+  threads_.parallel_for(n_items, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end;) {
+      const int64_t g0 = i % n_kv, g1 = std::min(n_kv, g0 + (end - i));
+      const auto [t, nt] = tile(i);
+      // The next call's first K/V blocks start loading while this one computes.
+      if (const int64_t next = i + (g1 - g0); next < end) {
+        const auto [next_t, next_nt] = tile(next);
+        prefetch_kv_context(view, table_of(next_t), batch.positions[next_t] + next_nt, next % n_kv);
+      }
+      attention_tokens(q + t * qd, nt, qd, n_heads, view, table_of(t), batch.positions[t] + 1,
+                       scale, out + t * qd, qd, g0, g1);
+      i += g1 - g0;
+    }
+  });
+}
+
+void CpuBackend::silu_mul(const float* gate, const float* up, float* out, int64_t rows, int64_t n) {
+  for_token_rows(rows, [&](int64_t b, int64_t e) {
+    cpu::silu_mul(gate + b * n, up + b * n, out + b * n, (e - b) * n);
+  });
+}
+
+void CpuBackend::add(float* y, const float* x, int64_t rows, int64_t n) {
+  for_token_rows(rows,
+                 [&](int64_t b, int64_t e) { add_inplace(y + b * n, x + b * n, (e - b) * n); });
+}
+
+void CpuBackend::gather_rows(const float* x, int64_t D, std::span<const int32_t> rows, float* out) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::memcpy(out + static_cast<int64_t>(r) * D, x + rows[r] * D,
+                static_cast<size_t>(D) * sizeof(float));
+  }
+}
+
+}  // namespace ember::cpu

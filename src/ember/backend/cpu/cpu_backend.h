@@ -1,0 +1,82 @@
+// The CPU backend: today's kernels (AVX-512 / AVX2 / scalar, chosen once from CPUID) plus the CPU
+// policy around them: how work splits over the thread pool (output rows for decode, 16-token groups
+// for prefill, (query tile, kv head) items for attention), how quantized matrices are re-laid out
+// for the decode kernels, and weights and KV cache in huge pages.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ember/backend/backend.h"
+#include "ember/backend/cpu/kernels.h"
+#include "ember/core/aligned_vector.h"
+#include "ember/core/huge_pages.h"
+#include "ember/core/thread_pool.h"
+
+namespace ember::cpu {
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options);
+
+  BackendInfo info() const override;
+  WeightMatrix upload_matrix(const WeightMatrix& host, bool host_is_file) override;
+  const float* upload_vector(const float* host, int64_t n) override;
+  bool owns_weight(const void* p) const override { return arena_.owns(p); }
+  std::unique_ptr<KvStorage> allocate_kv(const KvShape& shape) override;
+  std::span<const float> to_host(const float* data, int64_t n,
+                                 std::vector<float>& staging) override;
+
+  void embed(const WeightMatrix& table, const Batch& batch, float* x) override;
+  void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t D,
+               float eps) override;
+  void matmul(const float* x, int64_t rows, std::span<const WeightMatrix* const> ws,
+              std::span<float* const> ys) override;
+  using Backend::matmul;
+  void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override;
+  void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, const float* inv_freq,
+            const Batch& batch) override;
+  void store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
+                const Batch& batch) override;
+  void attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads, float scale,
+                 const Batch& batch, float* out) override;
+  void silu_mul(const float* gate, const float* up, float* out, int64_t rows, int64_t n) override;
+  void add(float* y, const float* x, int64_t rows, int64_t n) override;
+  void gather_rows(const float* x, int64_t D, std::span<const int32_t> rows, float* out) override;
+
+ protected:
+  std::shared_ptr<float> allocate_activations(int64_t floats) override;
+
+ private:
+  // fn(t0, t1) over token rows [0, T): split across the threads when T is large enough for the
+  // hand-off to pay (prefill), inline for a few tokens (decode). Row results never depend on it.
+  template <typename Fn>
+  void for_token_rows(int64_t T, Fn&& fn, int64_t grain = 4) {
+    constexpr int64_t kMinParallelRows = 16;
+    if (T < kMinParallelRows) {
+      fn(int64_t{0}, T);
+      return;
+    }
+    threads_.parallel_for(
+        T, [&](int64_t b, int64_t e, int) { fn(b, e); }, grain);
+  }
+  // Activations in the layouts the matrices' kernels read (prepared once per shared input).
+  void prepare_inputs(const float* x, int64_t T, std::span<const WeightMatrix* const> ws);
+  void matmul_token_groups(int64_t T, std::span<const WeightMatrix* const> ws,
+                           std::span<float* const> ys);
+  void matmul_output_rows(int64_t T, std::span<const WeightMatrix* const> ws,
+                          std::span<float* const> ys);
+
+  BackendOptions options_;
+  ThreadPool threads_;
+  // Matrices copied at load (converted, interleaved, --no-mmap) and vectors: huge pages.
+  HugePageArena arena_;
+  // Attention work: (first token, token count) runs of consecutive tokens of one sequence.
+  std::vector<std::pair<int64_t, int64_t>> attention_tiles_;
+  AlignedVector<BlockQ8Act> x_q8_;  // q8_0/q4_0 matmul input (see uses_8bit_activations)
+  AlignedVector<float> x_bf16_;     // bf16 matmul input in the kernels' layout
+  AlignedVector<float> x_float_;    // f32/f16 (and q8_0/q4_0 GEMM) input in the kernels' layout
+};
+
+}  // namespace ember::cpu

@@ -1,0 +1,114 @@
+// CpuBackend::matmul: several matrices sharing one input (Q/K/V, gate/up) in one parallel region,
+// so they share a single wake-up and their rows balance across threads together. Decode splits the
+// concatenated output rows over the threads; prefill gives each thread whole 16-token groups.
+#include <algorithm>
+#include <string>
+
+#include "ember/backend/cpu/cpu_backend.h"
+#include "ember/core/error.h"
+
+namespace ember::cpu {
+
+namespace {
+// From this many tokens matmuls split over tokens (16-token groups) instead of output rows.
+constexpr int64_t kTokenSplitMin = 64;
+constexpr int64_t kTokenSplitGrain = 16;
+// Matrices one call may multiply by a shared input.
+constexpr size_t kMaxSharedInput = 8;
+}  // namespace
+
+void CpuBackend::prepare_inputs(const float* x, int64_t T,
+                                std::span<const WeightMatrix* const> ws) {
+  bool any_8bit = false, any_bf16 = false, any_f32_layout = false;
+  for (const WeightMatrix* w : ws) {
+    const bool eight_bit = uses_8bit_activations(*w, T);
+    any_8bit = any_8bit || eight_bit;
+    any_bf16 = any_bf16 || w->dtype == DType::BF16;
+    any_f32_layout = any_f32_layout || (w->dtype != DType::BF16 && !eight_bit);
+  }
+  // Float weights (and Rows-layout quantized ones from kGemmMinTokens tokens on) read the
+  // activations in the kernels' own layout (one for bf16, one for the rest): prepare each once,
+  // split over threads in whole token groups.
+  const int64_t K = ws[0]->n_cols;
+  auto prepare = [&](DType dtype, AlignedVector<float>& out) {
+    const auto floats = static_cast<size_t>(prepared_activation_floats(dtype, T, K));
+    if (out.size() < floats) out.resize(floats);
+    for_token_rows(
+        T, [&](int64_t b, int64_t e) { prepare_activations(dtype, x, T, K, b, e, out.data()); },
+        kPreparedTokenGrain);
+  };
+  if (any_bf16) prepare(DType::BF16, x_bf16_);
+  if (any_f32_layout) prepare(DType::F32, x_float_);
+  // Quantized weights (see uses_8bit_activations) multiply 8-bit activations: quantize the shared
+  // input once, not per thread and matrix.
+  if (any_8bit) {
+    const size_t blocks = static_cast<size_t>(T * (K / kQuantBlock));
+    if (x_q8_.size() < blocks) x_q8_.resize(blocks);
+    for_token_rows(T, [&](int64_t b, int64_t e) {
+      quantize_activations(x + b * K, e - b, K, x_q8_.data() + b * (K / kQuantBlock));
+    });
+  }
+}
+
+void CpuBackend::matmul(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
+                        std::span<float* const> ys) {
+  if (T == 0 || ws.empty()) return;
+  if (ws.size() != ys.size() || ws.size() > kMaxSharedInput) {
+    throw Error("cpu matmul: want 1 to " + std::to_string(kMaxSharedInput) +
+                " matrices with one output each");
+  }
+  prepare_inputs(x, T, ws);
+  if (T >= kTokenSplitMin && threads_.size() > 1) {
+    matmul_token_groups(T, ws, ys);
+  } else {
+    matmul_output_rows(T, ws, ys);
+  }
+}
+
+// Prefill: each thread takes whole 16-token groups through every matrix (the last chunk also takes
+// the partial group, so every call has >= 16 tokens and the same bits as one call).
+void CpuBackend::matmul_token_groups(int64_t T, std::span<const WeightMatrix* const> ws,
+                                     std::span<float* const> ys) {
+  const int64_t G = kTokenSplitGrain, K = ws[0]->n_cols;
+  threads_.parallel_for(T / G, [&](int64_t u0, int64_t u1, int) {
+    const int64_t t0 = u0 * G, t1 = u1 == T / G ? T : u1 * G;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const WeightMatrix& w = *ws[i];
+      const int64_t N = w.n_rows;
+      if (uses_8bit_activations(w, T)) {
+        matmul_q8(x_q8_.data() + t0 * (K / kQuantBlock), t1 - t0, w, ys[i] + t0 * N, N, 0, N);
+        continue;
+      }
+      const float* xp = w.dtype == DType::BF16 ? x_bf16_.data() : x_float_.data();
+      const int64_t per_token = prepared_activation_floats(w.dtype, G, K) / G;
+      matmul_prepared(xp + t0 * per_token, t1 - t0, w, ys[i] + t0 * N, N, 0, N);
+    }
+  });
+}
+
+// Decode (and small prefills): the output rows of all matrices, concatenated, split over threads.
+void CpuBackend::matmul_output_rows(int64_t T, std::span<const WeightMatrix* const> ws,
+                                    std::span<float* const> ys) {
+  int64_t offsets[kMaxSharedInput + 1] = {0};
+  const size_t n = ws.size();
+  for (size_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + ws[i]->n_rows;
+  threads_.parallel_for(
+      offsets[n],
+      [&](int64_t begin, int64_t end, int) {
+        for (size_t i = 0; i < n; ++i) {
+          const int64_t b = std::max(begin, offsets[i]), e = std::min(end, offsets[i + 1]);
+          if (b >= e) continue;
+          const WeightMatrix& w = *ws[i];
+          if (uses_8bit_activations(w, T)) {
+            matmul_q8(x_q8_.data(), T, w, ys[i], w.n_rows, b - offsets[i], e - offsets[i]);
+          } else {
+            const float* xp = w.dtype == DType::BF16 ? x_bf16_.data() : x_float_.data();
+            matmul_prepared(xp, T, w, ys[i], w.n_rows, b - offsets[i], e - offsets[i]);
+          }
+        }
+      },
+      // Multiples of 24 rows keep every tile shape whole (8, 6, 4, 3 rows; 24-row panels).
+      /*grain=*/24);
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,248 @@
+// Run-time dispatch of the CPU kernels. The ISA is chosen once from CPUID (and EMBER_ISA), then
+// every call goes through one table of function pointers. force_isa() swaps the table, for tests.
+// No -march flags are needed for the build: each ISA's code carries function-level target
+// attributes and is only reached through this dispatcher after the CPU check.
+#include "ember/backend/cpu/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "ember/backend/cpu/kernels_isa.h"
+
+namespace ember::cpu {
+namespace {
+
+constexpr KernelTable kScalarTable = {
+    Isa::Scalar,
+    scalar::matmul,
+    scalar::rmsnorm,
+    scalar::rope,
+    scalar::softmax,
+    scalar::silu_mul,
+    scalar::add_inplace,
+    scalar::store_kv,
+    scalar::dequantize_row,
+    scalar::attention_tokens,
+    scalar::quantize_activations,
+    scalar::matmul_q8,
+    scalar::prepared_activation_floats,
+    scalar::prepare_activations,
+    scalar::matmul_prepared,
+};
+
+constexpr KernelTable kAvx2Table = {
+    Isa::Avx2,
+    avx2::matmul,
+    avx2::rmsnorm,
+    avx2::rope,
+    avx2::softmax,
+    avx2::silu_mul,
+    avx2::add_inplace,
+    avx2::store_kv,
+    avx2::dequantize_row,
+    avx2::attention_tokens,
+    avx2::quantize_activations,
+    avx2::matmul_q8,
+    avx2::prepared_activation_floats,
+    avx2::prepare_activations,
+    avx2::matmul_prepared,
+};
+
+// AVX-512 bf16 and int8 matmuls, the AVX2 kernels for the rest (they run on any AVX-512 CPU).
+constexpr KernelTable kAvx512Table = {
+    Isa::Avx512,
+    avx512::matmul,
+    avx2::rmsnorm,
+    avx2::rope,
+    avx2::softmax,
+    avx2::silu_mul,
+    avx2::add_inplace,
+    avx2::store_kv,
+    avx2::dequantize_row,
+    avx2::attention_tokens,
+    avx2::quantize_activations,
+    avx512::matmul_q8,
+    avx512::prepared_activation_floats,
+    avx512::prepare_activations,
+    avx512::matmul_prepared,
+};
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  // Everything EMBER_AVX512_TARGET names: Sapphire Rapids, Cooper Lake, AMD Zen 4 and later.
+  // Skylake-X / Ice Lake (no BF16) run the AVX2 set.
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+// The table for `wanted`, or the best one below it that this CPU can run.
+const KernelTable* resolve(Isa wanted, bool forced) {
+  if (wanted == Isa::Avx512) {
+    if (cpu_has_avx512()) return &kAvx512Table;
+    if (forced) {
+      std::fprintf(stderr,
+                   "ember: this CPU lacks AVX-512 (F/BW/VL/DQ/BF16/VNNI); using %s kernels\n",
+                   cpu_has_avx2() ? "avx2" : "scalar");
+    }
+    wanted = Isa::Avx2;
+  }
+  if (wanted == Isa::Avx2) {
+    if (cpu_has_avx2()) return &kAvx2Table;
+    if (forced) std::fprintf(stderr, "ember: this CPU lacks AVX2/FMA/F16C; using scalar kernels\n");
+  }
+  return &kScalarTable;
+}
+
+// EMBER_ISA=scalar|avx2|avx512 if set (read once), else the best the CPU supports.
+const KernelTable* initial_table() {
+  const char* env = std::getenv("EMBER_ISA");
+  if (env != nullptr && *env != '\0') {
+    const std::string_view v(env);
+    if (v == "scalar") return resolve(Isa::Scalar, true);
+    if (v == "avx2") return resolve(Isa::Avx2, true);
+    if (v == "avx512") return resolve(Isa::Avx512, true);
+    std::fprintf(stderr, "ember: unknown EMBER_ISA=%s (want scalar|avx2|avx512); ignoring it\n",
+                 env);
+  }
+  return resolve(Isa::Avx512, false);
+}
+
+std::atomic<const KernelTable*>& table_slot() {
+  static std::atomic<const KernelTable*> slot{initial_table()};
+  return slot;
+}
+
+inline const KernelTable& table() {
+  return *table_slot().load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+Isa active_isa() {
+  return table().isa;
+}
+
+void force_isa(Isa isa) {
+  table_slot().store(resolve(isa, true), std::memory_order_relaxed);
+}
+
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+            int64_t row_begin, int64_t row_end) {
+  // Each ISA's matmul covers every dtype itself (8-bit activations for quantized weights below
+  // kGemmMinTokens included).
+  table().matmul(x, T, w, y, ldy, row_begin, row_end);
+}
+
+int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K) {
+  return table().prepared_activation_floats(dtype, T, K);
+}
+
+void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
+                         int64_t token_end, float* xp) {
+  table().prepare_activations(dtype, x, T, K, token_begin, token_end, xp);
+}
+
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end) {
+  table().matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
+}
+
+void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out) {
+  table().quantize_activations(x, T, K, out);
+}
+
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end) {
+  table().matmul_q8(xq, T, w, y, ldy, row_begin, row_end);
+}
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps) {
+  table().rmsnorm(x, weight, y, T, D, eps);
+}
+
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+          const int32_t* positions, const float* inv_freq) {
+  table().rope(x, T, n_heads, head_dim, rope_dim, positions, inv_freq);
+}
+
+void softmax(float* x, int64_t n) {
+  table().softmax(x, n);
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  table().silu_mul(gate, up, out, n);
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  table().add_inplace(y, x, n);
+}
+
+void store_kv(const float* x, int64_t n, DType dtype, void* out) {
+  table().store_kv(x, n, dtype, out);
+}
+
+void dequantize_row(const WeightMatrix& table_w, int64_t row, float* out) {
+  table().dequantize_row(table_w, row, out);
+}
+
+void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+               int64_t ctx_len, float scale, float* out) {
+  table().attention_tokens(q, 1, 0, n_heads, kv, block_table, ctx_len, scale, out, 0, 0,
+                           kv.n_kv_heads);
+}
+
+void attention_kv_heads(const float* q, int64_t n_heads, const PagedKv& kv,
+                        const int32_t* block_table, int64_t ctx_len, float scale, float* out,
+                        int64_t kv_head_begin, int64_t kv_head_end) {
+  table().attention_tokens(q, 1, 0, n_heads, kv, block_table, ctx_len, scale, out, 0, kv_head_begin,
+                           kv_head_end);
+}
+
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end) {
+  table().attention_tokens(q, nt, q_stride, n_heads, kv, block_table, ctx0, scale, out, out_stride,
+                           kv_head_begin, kv_head_end);
+}
+
+void prefetch_kv_context(const PagedKv& kv, const int32_t* block_table, int64_t ctx_len,
+                         int64_t kv_head) {
+  const int64_t elem_bytes = kv.dtype == DType::F16 ? 2 : 4;
+  const int64_t end = std::min(ctx_len, kPrefetchContextKeys);
+  for (int64_t pos = 0; pos < end; pos += kv.block_size) {
+    const int64_t rows = std::min(kv.block_size, end - pos);
+    const int64_t at = kv.row_offset(block_table[pos / kv.block_size], 0, kv_head) * elem_bytes;
+    const auto* k = static_cast<const char*>(kv.k_pool) + at;
+    const auto* v = static_cast<const char*>(kv.v_pool) + at;
+    for (int64_t i = 0; i < rows * kv.head_dim * elem_bytes; i += 64) {
+      __builtin_prefetch(k + i, 0, 2);
+      __builtin_prefetch(v + i, 0, 2);
+    }
+  }
+}
+
+}  // namespace ember::cpu

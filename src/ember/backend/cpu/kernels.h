@@ -1,0 +1,163 @@
+// The CPU backend's kernels (used by cpu_backend.cpp only). Activations are float32; weights are in
+// any DType. Every kernel here has a plain scalar reference (kernels_reference.h) it is tested
+// against. Optimised paths are chosen at run time from CPUID (AVX-512 / AVX2 / scalar);
+// EMBER_ISA=scalar| avx2|avx512 forces one (a forced ISA the CPU lacks falls back to the best
+// available with a warning).
+//
+// Determinism contract: each output element's value depends only on its own inputs, never on which
+// row range a call covers or on the thread that runs it. Float matmuls use one summation order
+// below kGemmMinTokens tokens (the decode kernels) and another from there on (the prefill GEMM):
+// within each range results do not depend on T, across them they differ by float reassociation
+// only. Quantized weights in the Interleaved8 layout (what the loader makes) multiply 8-bit
+// activations at every T with exact integer block dots: their results do not depend on T at all,
+// so prefill and decode agree bit for bit. In the Rows layout (--no-interleave) they take 8-bit
+// activations below kGemmMinTokens and f32 activations from there on, so the two ranges differ by
+// the activation quantization error (~0.4%). Attention does not depend on T.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/backend/weight.h"
+#include "ember/core/dtype.h"
+
+namespace ember::cpu {
+
+enum class Isa : uint8_t { Scalar, Avx2, Avx512 };
+const char* isa_name(Isa isa);
+Isa active_isa();         // what the dispatcher uses now
+void force_isa(Isa isa);  // for tests and the EMBER_ISA variable
+
+// The backend's weight type (backend/weight.h), under the names the kernels have always used.
+using WeightLayout = ember::WeightLayout;
+using WeightMatrix = ember::WeightMatrix;
+
+// From this many tokens in one call, matmuls run as a GEMM that reuses every weight across the
+// tokens: float weights with the tokens in the SIMD lanes, quantized weights dequantized to f32
+// (exact) and multiplied like f32 weights against f32 activations.
+constexpr int64_t kGemmMinTokens = 16;
+
+// Whether a matmul of T tokens on w takes 8-bit activations (BlockQ8Act): quantized weights, always
+// when interleaved (the integer tiles there beat the f32 GEMM on dequantized panels by ~1.4x at
+// any T), below kGemmMinTokens otherwise.
+inline bool uses_8bit_activations(const WeightMatrix& w, int64_t T) {
+  return dtype_is_quantized(w.dtype) &&
+         (w.layout == WeightLayout::Interleaved8 || T < kGemmMinTokens);
+}
+
+// Activations quantized to 8 bits per block of 32, as the quantized-weight matmuls consume them
+// (see uses_8bit_activations): value = d * qs[i], d = max|x| / 127, qs = round(x / d). Quantized
+// weights (q8_0, q4_0) are multiplied against these with integer dot products per block, so a
+// token's result does not depend on how many tokens share the step. (In the Rows layout,
+// compute-bound prefill instead expands the weights to f32 once per panel: its row-by-row integer
+// tiles pay a per-block scaling for every token.)
+struct BlockQ8Act {
+  float d;
+  int32_t sum;  // sum of qs (the q4_0 kernels subtract 8 * sum for the nibble offset)
+  int8_t qs[32];
+};
+
+// x [T, K] (K a multiple of 32) -> out [T, K / 32].
+void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
+
+// Like matmul() for q8_0 / q4_0 weights, with activations already quantized (so several
+// matrices sharing one input quantize it once): y[t, n] = sum_b d_w * d_x * sum_i qw_i * qx_i.
+void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+               int64_t row_begin, int64_t row_end);
+
+// y[t, n] = sum_k x[t, k] * W[n, k] for t in [0, T), n in [row_begin, row_end). When
+// uses_8bit_activations(w, T) x is first quantized to BlockQ8Act (see above) and matmul_q8 runs;
+// otherwise quantized W is dequantized to f32 and x is used as it is.
+// x: [T, K] f32, leading dimension K; y: [T, N] f32, leading dimension ldy (>= N).
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+            int64_t row_begin, int64_t row_end);
+
+// Float-weight matmuls (f32, f16, bf16) may read their activations in a layout of their own (the
+// AVX2 kernels: bf16 inputs de-interleaved per 16 values; for T >= 16, 16 tokens side by side for
+// every k). A caller that splits one matmul over threads, or multiplies one input by several
+// matrices, prepares the input once: xp holds prepared_activation_floats(dtype, T, K) floats;
+// prepare_activations() fills the part for tokens [token_begin, token_end) (token_begin a multiple
+// of kPreparedTokenGrain, so threads can split the work), and matmul_prepared(xp, ...) on a matrix
+// of that dtype equals matmul(x, ...) bit for bit. f32, f16, q8_0 and q4_0 share one layout (for
+// quantized weights taking 8-bit activations it is x itself, quantized inside the call).
+constexpr int64_t kPreparedTokenGrain = 16;
+int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
+void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
+                         int64_t token_end, float* xp);
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end);
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, x/y: [T, D] (may alias).
+void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps);
+
+// Rotary embedding, HF half-rotation layout: within each head, element i pairs with i + rope_dim/2
+// for i < rope_dim/2; angle = position * inv_freq[i]. x: [T, n_heads, head_dim] in place.
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+          const int32_t* positions, const float* inv_freq);
+
+// x[i] = exp(x[i] - max) / sum, in place.
+void softmax(float* x, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// y[i] += x[i].
+void add_inplace(float* y, const float* x, int64_t n);
+
+// x [n] f32 into a KV cache row of `dtype` at out: F32 copies, F16 rounds to nearest even (the
+// AVX2 path's F16C conversion and the scalar one give the same bits).
+void store_kv(const float* x, int64_t n, DType dtype, void* out);
+
+// Row `row` of an embedding table in any dtype, converted to f32 into out[0, n_cols).
+void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
+
+// Paged KV cache as attention reads it: per layer, a pool of blocks, each holding n_kv_heads x
+// block_size tokens x head_dim values for K (and likewise V), f32 or f16 (`dtype`):
+//   k_pool[((block * n_kv_heads + kv_head) * block_size + slot) * head_dim + d]
+// Head-major within a block, so the rows one kv head reads from a block are one contiguous run
+// (4 KiB for SmolLM2 in f32) that the hardware prefetcher streams.
+// An f16 cache halves the bytes attention streams per step; every reader widens the stored values
+// exactly (f16 -> f32), so the f16 rounding happens once, when store_kv writes them.
+struct PagedKv {
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
+  DType dtype = DType::F32;  // F32 or F16
+  int64_t block_size = 16;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+
+  // Element offset of (block, slot, kv head)'s head_dim values.
+  int64_t row_offset(int64_t block, int64_t slot, int64_t kv_head) const {
+    return ((block * n_kv_heads + kv_head) * block_size + slot) * head_dim;
+  }
+};
+
+// Causal attention of one query token over context positions [0, ctx_len) of its sequence, read
+// through `block_table` (block_table[p / block_size] holds position p). q: [n_heads, head_dim];
+// out: [n_heads, head_dim]. Query head h uses kv head h / (n_heads / n_kv_heads) (GQA). Streams
+// K/V blocks with an online softmax; `scale` is usually 1/sqrt(head_dim).
+void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+               int64_t ctx_len, float scale, float* out);
+
+// attention() for only the query heads that share kv heads [kv_head_begin, kv_head_end) (q and out
+// still span all n_heads; other heads' outputs are left alone), so one token's heads can be split
+// across threads. Each head's output is the same bits as in the whole call.
+void attention_kv_heads(const float* q, int64_t n_heads, const PagedKv& kv,
+                        const int32_t* block_table, int64_t ctx_len, float scale, float* out,
+                        int64_t kv_head_begin, int64_t kv_head_end);
+
+// attention_kv_heads() for nt consecutive query tokens of ONE sequence: token u's heads at
+// q + u * q_stride, its output at out + u * out_stride, its context [0, ctx0 + u) (causal
+// prefill). Every token's output is the same bits as its own single-token call; sharing the call
+// lets the tokens read each K/V block from memory once.
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
+
+// A hint: requests the K and V rows of the first kPrefetchContextKeys positions (those below
+// ctx_len) of kv head `kv_head` into cache (L2), so that an attention call about to start on them
+// does not begin on cold misses (its blocks sit anywhere in the pool). No effect on results.
+constexpr int64_t kPrefetchContextKeys = 64;
+void prefetch_kv_context(const PagedKv& kv, const int32_t* block_table, int64_t ctx_len,
+                         int64_t kv_head);
+
+}  // namespace ember::cpu

@@ -1,0 +1,200 @@
+// The portable path (Isa::Scalar): tidy float loops with a fixed accumulation order, no
+// intrinsics. Used when the CPU lacks AVX2 or EMBER_ISA=scalar.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/reference/reference_kernels.h"
+#include "ember/core/half.h"
+
+namespace ember::cpu::scalar {
+namespace {
+
+// Per-thread scratch that only grows, so the hot path does not allocate after warm-up.
+float* scratch(std::vector<float>& buf, int64_t n) {
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
+// sum_k a[k] * b[k] with four interleaved partial sums, always combined the same way.
+float dot(const float* a, const float* b, int64_t n) {
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += a[k] * b[k];
+    s1 += a[k + 1] * b[k + 1];
+    s2 += a[k + 2] * b[k + 2];
+    s3 += a[k + 3] * b[k + 3];
+  }
+  for (; k < n; ++k) s0 += a[k] * b[k];
+  return (s0 + s1) + (s2 + s3);
+}
+
+}  // namespace
+
+// Converting the dtype is exact, so the reference conversion is the scalar path's too.
+void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
+  reference::dequantize_row(table, row, out);
+}
+
+// Each weight row is converted to f32 once per call and reused for all T tokens. y[t, n] depends
+// only on x[t] and row n, so any row split or T gives the same bits (quantized weights: within
+// the ranges of T where they take 8-bit activations or not, see uses_8bit_activations).
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+            int64_t row_begin, int64_t row_end) {
+  if (uses_8bit_activations(w, T)) {
+    thread_local std::vector<BlockQ8Act> xq;
+    const auto blocks = static_cast<size_t>(T * (w.n_cols / kQuantBlock));
+    if (xq.size() < blocks) xq.resize(blocks);
+    scalar::quantize_activations(x, T, w.n_cols, xq.data());
+    scalar::matmul_q8(xq.data(), T, w, y, ldy, row_begin, row_end);
+    return;
+  }
+  thread_local std::vector<float> row_buf;
+  const int64_t K = w.n_cols;
+  float* converted = scratch(row_buf, K);
+  for (int64_t n = row_begin; n < row_end; ++n) {
+    const float* row = converted;
+    if (w.dtype == DType::F32) {  // used in place
+      row = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) + n * w.row_bytes);
+    } else {
+      scalar::dequantize_row(w, n, converted);
+    }
+    for (int64_t t = 0; t < T; ++t) y[t * ldy + n] = dot(x + t * K, row, K);
+  }
+}
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t T, int64_t D, float eps) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * D;
+    const float ss = dot(xt, xt, D);
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    for (int64_t i = 0; i < D; ++i) y[t * D + i] = xt[i] * inv * weight[i];
+  }
+}
+
+// cos/sin depend on (token, i) only, so they are computed once per token for all heads.
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+          const int32_t* positions, const float* inv_freq) {
+  thread_local std::vector<float> cs_buf;
+  const int64_t half = rope_dim / 2;
+  float* cs = scratch(cs_buf, 2 * half);  // [cos x half, sin x half]
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+      cs[i] = std::cos(angle);
+      cs[half + i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * cs[i] - b * cs[half + i];
+        v[i + half] = b * cs[i] + a * cs[half + i];
+      }
+    }
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  const float mx = *std::max_element(x, x + n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] = std::exp(x[i] - mx);
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void store_kv(const float* x, int64_t n, DType dtype, void* out) {
+  if (dtype == DType::F32) {
+    std::copy_n(x, n, static_cast<float*>(out));
+    return;
+  }
+  auto* o = static_cast<uint16_t*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = f32_to_f16(x[i]);
+}
+
+// One pass over the context per query head with an online softmax: running max m, running
+// denominator l and an unnormalised output accumulator acc [head_dim], rescaled when m grows.
+namespace {
+
+// The hd values at element `offset` of a K or V pool as f32: in place for F32, widened into buf
+// for F16.
+const float* kv_row(const void* pool, DType dtype, int64_t offset, int64_t hd, float* buf) {
+  if (dtype == DType::F32) return static_cast<const float*>(pool) + offset;
+  const uint16_t* h = static_cast<const uint16_t*>(pool) + offset;
+  for (int64_t d = 0; d < hd; ++d) buf[d] = f16_to_f32(h[d]);
+  return buf;
+}
+
+void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+                   int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
+                   int64_t kv_head_end) {
+  thread_local std::vector<float> acc_buf;
+  const int64_t hd = kv.head_dim;
+  const int64_t group = n_heads / kv.n_kv_heads;
+  float* acc = scratch(acc_buf, 3 * hd);  // acc, then K and V rows widened from f16
+  float* k_buf = acc + hd;
+  float* v_buf = acc + 2 * hd;
+  for (int64_t h = kv_head_begin * group; h < kv_head_end * group; ++h) {
+    const int64_t g = h / group;
+    const float* qh = q + h * hd;
+    float m = -INFINITY, l = 0.0f;
+    std::fill(acc, acc + hd, 0.0f);
+    for (int64_t p = 0; p < ctx_len; ++p) {
+      const int64_t row = kv.row_offset(block_table[p / kv.block_size], p % kv.block_size, g);
+      const float* k = kv_row(kv.k_pool, kv.dtype, row, hd, k_buf);
+      const float* v = kv_row(kv.v_pool, kv.dtype, row, hd, v_buf);
+      const float s = dot(qh, k, hd) * scale;
+      if (s > m) {
+        const float c = std::exp(m - s);  // 0 on the first position (m = -inf)
+        l *= c;
+        for (int64_t d = 0; d < hd; ++d) acc[d] *= c;
+        m = s;
+      }
+      const float e = std::exp(s - m);
+      l += e;
+      for (int64_t d = 0; d < hd; ++d) acc[d] += e * v[d];
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int64_t d = 0; d < hd; ++d) out[h * hd + d] = acc[d] * inv;
+  }
+}
+
+}  // namespace
+
+// Token by token: each runs exactly its single-token computation.
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
+                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end) {
+  for (int64_t u = 0; u < nt; ++u) {
+    attention_one(q + u * q_stride, n_heads, kv, block_table, ctx0 + u, scale, out + u * out_stride,
+                  kv_head_begin, kv_head_end);
+  }
+}
+
+// The scalar matmul reads activations as they are: the prepared layout is a copy of x [T, K].
+int64_t prepared_activation_floats(DType /*dtype*/, int64_t T, int64_t K) {
+  return T * K;
+}
+
+void prepare_activations(DType /*dtype*/, const float* x, int64_t /*T*/, int64_t K,
+                         int64_t token_begin, int64_t token_end, float* xp) {
+  std::copy(x + token_begin * K, x + token_end * K, xp + token_begin * K);
+}
+
+void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t row_begin, int64_t row_end) {
+  scalar::matmul(xp, T, w, y, ldy, row_begin, row_end);
+}
+
+}  // namespace ember::cpu::scalar

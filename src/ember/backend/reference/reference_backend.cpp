@@ -1,0 +1,157 @@
+#include "ember/backend/reference/reference_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "ember/backend/cpu/host_kv_storage.h"
+#include "ember/backend/reference/reference_kernels.h"
+#include "ember/core/error.h"
+#include "ember/core/half.h"
+
+namespace ember::reference {
+
+ReferenceBackend::ReferenceBackend(const BackendOptions&) {}
+
+BackendInfo ReferenceBackend::info() const {
+  BackendInfo i;
+  i.name = "reference";
+  i.kernels = "scalar-reference";
+  i.threads = 1;
+  for (const auto& [p, n] : ranges_) i.weight_bytes_owned += static_cast<int64_t>(n);
+  return i;
+}
+
+uint8_t* ReferenceBackend::allocate(size_t bytes) {
+  blocks_.push_back(std::make_unique<uint8_t[]>(bytes));
+  ranges_.emplace_back(blocks_.back().get(), bytes);
+  return blocks_.back().get();
+}
+
+bool ReferenceBackend::owns_weight(const void* p) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (const auto& [start, n] : ranges_) {
+    if (b >= start && b < start + n) return true;
+  }
+  return false;
+}
+
+WeightMatrix ReferenceBackend::upload_matrix(const WeightMatrix& host, bool) {
+  WeightMatrix out = host;
+  uint8_t* dst = allocate(static_cast<size_t>(host.bytes()));
+  std::memcpy(dst, host.data, static_cast<size_t>(host.bytes()));
+  out.data = dst;
+  return out;
+}
+
+const float* ReferenceBackend::upload_vector(const float* host, int64_t n) {
+  auto* dst = reinterpret_cast<float*>(allocate(static_cast<size_t>(n) * sizeof(float)));
+  std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(float));
+  return dst;
+}
+
+std::unique_ptr<KvStorage> ReferenceBackend::allocate_kv(const KvShape& shape) {
+  return std::make_unique<cpu::HostKvStorage>(shape);
+}
+
+std::shared_ptr<float> ReferenceBackend::allocate_activations(int64_t floats) {
+  return std::shared_ptr<float>(new float[static_cast<size_t>(floats)](),
+                                std::default_delete<float[]>());
+}
+
+std::span<const float> ReferenceBackend::to_host(const float* data, int64_t n,
+                                                 std::vector<float>&) {
+  return {data, static_cast<size_t>(n)};
+}
+
+void ReferenceBackend::embed(const WeightMatrix& table, const Batch& batch, float* x) {
+  for (int64_t i = 0; i < batch.size(); ++i) {
+    const int32_t token = batch.tokens[static_cast<size_t>(i)];
+    if (token < 0 || token >= table.n_rows) {
+      throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
+                  std::to_string(table.n_rows) + ")");
+    }
+    dequantize_row(table, token, x + i * table.n_cols);
+  }
+}
+
+void ReferenceBackend::rmsnorm(const float* x, const float* weight, float* y, int64_t rows,
+                               int64_t D, float eps) {
+  reference::rmsnorm(x, weight, y, rows, D, eps);
+}
+
+void ReferenceBackend::matmul(const float* x, int64_t rows, std::span<const WeightMatrix* const> ws,
+                              std::span<float* const> ys) {
+  if (ws.size() != ys.size()) throw Error("reference matmul: one output per matrix");
+  for (size_t i = 0; i < ws.size(); ++i) {
+    reference::matmul(x, rows, *ws[i], ys[i], ws[i]->n_rows, 0, ws[i]->n_rows);
+  }
+}
+
+void ReferenceBackend::add_bias(float* y, const float* bias, int64_t rows, int64_t n) {
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t i = 0; i < n; ++i) y[t * n + i] += bias[i];
+  }
+}
+
+void ReferenceBackend::rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+                            const float* inv_freq, const Batch& batch) {
+  reference::rope(x, batch.size(), n_heads, head_dim, rope_dim, batch.positions.data(), inv_freq);
+}
+
+void ReferenceBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
+                                const Batch& batch) {
+  auto& cache = static_cast<cpu::HostKvStorage&>(kv);
+  const KvShape& s = cache.shape();
+  const int64_t kvd = s.n_kv_heads * s.head_dim;
+  auto store = [&](const float* row, void* out) {
+    for (int64_t d = 0; d < s.head_dim; ++d) {
+      if (s.dtype == DType::F16) {
+        static_cast<uint16_t*>(out)[d] = f32_to_f16(row[d]);
+      } else {
+        static_cast<float*>(out)[d] = row[d];
+      }
+    }
+  };
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    const int64_t pos = batch.positions[t];
+    const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
+    const int32_t block = seq.block_table[pos / s.block_size];
+    for (int64_t g = 0; g < s.n_kv_heads; ++g) {
+      const int64_t off = cache.row_offset(block, pos % s.block_size, g);
+      store(k + t * kvd + g * s.head_dim, cache.k_at(layer, off));
+      store(v + t * kvd + g * s.head_dim, cache.v_at(layer, off));
+    }
+  }
+}
+
+void ReferenceBackend::attention(const KvStorage& kv, int64_t layer, const float* q,
+                                 int64_t n_heads, float scale, const Batch& batch, float* out) {
+  const auto& cache = static_cast<const cpu::HostKvStorage&>(kv);
+  const cpu::PagedKv view = cache.layer_view(layer);
+  const int64_t qd = n_heads * view.head_dim;
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
+    reference::attention(q + t * qd, n_heads, view, seq.block_table, batch.positions[t] + 1, scale,
+                         out + t * qd);
+  }
+}
+
+void ReferenceBackend::silu_mul(const float* gate, const float* up, float* out, int64_t rows,
+                                int64_t n) {
+  reference::silu_mul(gate, up, out, rows * n);
+}
+
+void ReferenceBackend::add(float* y, const float* x, int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows * n; ++i) y[i] += x[i];
+}
+
+void ReferenceBackend::gather_rows(const float* x, int64_t D, std::span<const int32_t> rows,
+                                   float* out) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::memcpy(out + static_cast<int64_t>(r) * D, x + rows[r] * D,
+                static_cast<size_t>(D) * sizeof(float));
+  }
+}
+
+}  // namespace ember::reference
