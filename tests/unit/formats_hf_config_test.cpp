@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/core/error.h"
-#include "ember/formats/hf_config.h"
+#include "ember/model/model_config_sources.h"
 #include "format_writers.h"
 #include "test_util.h"
 
@@ -245,6 +245,26 @@ TEST(HfConfigErrors, KindsSayMissingUnsupportedOrMalformed) {
 
   Error json = error_of([] { parse_hf_config("{\"hidden_size\": ", "x/config.json"); });
   EXPECT_EQ(json.kind(), ErrorKind::InvalidFile);
+
+  // Checks made after the file is parsed (model_config_sources, ModelConfig::validate) keep the
+  // file as context too.
+  j = base_config();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  Error rope = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
+  EXPECT_EQ(rope.kind(), ErrorKind::Unsupported);
+  EXPECT_EQ(rope.file(), "cfg/config.json");
+
+  j = base_config();
+  j.erase("hidden_size");
+  Error field = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
+  EXPECT_EQ(field.kind(), ErrorKind::InvalidFile);
+  EXPECT_EQ(field.file(), "cfg/config.json");
+
+  j = base_config();
+  j["num_key_value_heads"] = 3;
+  Error sizes = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
+  EXPECT_EQ(sizes.kind(), ErrorKind::InvalidFile);
+  EXPECT_EQ(sizes.file(), "cfg/config.json");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "ember/core/error.h"
 #include "ember/formats/gguf.h"
 #include "ember/formats/llama2c.h"
+#include "ember/model/model_config_sources.h"
 #include "format_writers.h"
 #include "test_util.h"
 

@@ -45,18 +45,20 @@ std::string with_commas(int64_t v) {
   return s;
 }
 
-int inspect_command(const InspectOptions& o) {
+// Headers only: a config without weight files is described as --dummy would build it.
+Checkpoint open_headers(const InspectOptions& o) {
+  namespace fs = std::filesystem;
   CheckpointOptions copts;
   copts.tokenizer_path = o.model.tokenizer;
   std::string path = o.model.model.empty() ? default_model_path() : o.model.model;
-  // Headers only: a config without weight files is described as --dummy would build it.
-  namespace fs = std::filesystem;
   bool has_weights = !fs::is_directory(path) || fs::exists(fs::path(path) / "model.safetensors") ||
                      fs::exists(fs::path(path) / "model.safetensors.index.json");
   copts.dummy = o.model.dummy || !has_weights || fs::path(path).extension() == ".json";
-  Checkpoint ckpt = open_checkpoint(path, copts);
-  const ModelConfig& c = ckpt.config;
+  return open_checkpoint(path, copts);
+}
 
+// The stored tensors, or for a config alone the tensors --dummy would build; in natural order.
+std::vector<TensorRow> tensor_rows(const Checkpoint& ckpt, const InspectOptions& o) {
   std::vector<TensorRow> rows;
   if (ckpt.format == CheckpointFormat::ConfigOnly) {
     auto dtype = o.model.parsed_dtype();
@@ -64,7 +66,7 @@ int inspect_command(const InspectOptions& o) {
                         : ckpt.torch_dtype == "float32" ? "f32"
                         : ckpt.torch_dtype == "float16" ? "f16"
                                                         : "bf16";
-    for (const auto& e : expected_tensors(c)) {
+    for (const auto& e : expected_tensors(ckpt.config)) {
       TensorRow r{e.name, e.shape, e.is_matrix ? dname : "f32", 1, classify_tensor(e.name)};
       for (int64_t d : e.shape) r.numel *= d;
       rows.push_back(r);
@@ -77,60 +79,76 @@ int inspect_command(const InspectOptions& o) {
   }
   std::sort(rows.begin(), rows.end(),
             [](const TensorRow& a, const TensorRow& b) { return natural_less(a.name, b.name); });
+  return rows;
+}
 
-  std::map<std::string, int64_t> params;
+// Parameter counts per component and KV-cache sizes, shared by the text and JSON outputs.
+struct Totals {
+  std::map<std::string, int64_t> params;  // by component_name
   int64_t total = 0;
+  int64_t ctx = 0;
+  std::map<std::string, int64_t> kv_per_token;  // bytes, by cache dtype
+};
+
+Totals compute_totals(const std::vector<TensorRow>& rows, const ModelConfig& c,
+                      const InspectOptions& o) {
+  Totals t;
   for (const auto& r : rows) {
-    params[component_name(r.component)] += r.numel;
-    total += r.numel;
+    t.params[component_name(r.component)] += r.numel;
+    t.total += r.numel;
   }
-  const int64_t ctx = o.ctx > 0 ? o.ctx : c.max_position_embeddings;
+  t.ctx = o.ctx > 0 ? o.ctx : c.max_position_embeddings;
   // K and V, every layer: L x 2 x n_kv x head_dim elements per token.
   const int64_t kv_elems = c.n_layers * 2 * c.n_kv_heads * c.head_dim;
-  std::map<std::string, int64_t> kv_per_token = {
-      {"f32", kv_elems * 4}, {"f16", kv_elems * 2}, {"bf16", kv_elems * 2}};
+  t.kv_per_token = {{"f32", kv_elems * 4}, {"f16", kv_elems * 2}, {"bf16", kv_elems * 2}};
+  return t;
+}
 
-  if (o.json) {
-    nlohmann::ordered_json j;
-    j["path"] = ckpt.path;
-    j["format"] = format_name(ckpt.format);
-    j["architecture"] = {{"arch", c.architecture},
-                         {"d_model", c.d_model},
-                         {"d_ffn", c.d_ffn},
-                         {"n_layers", c.n_layers},
-                         {"n_heads", c.n_heads},
-                         {"n_kv_heads", c.n_kv_heads},
-                         {"head_dim", c.head_dim},
-                         {"vocab_size", c.vocab_size},
-                         {"rope_theta", c.rope_theta},
-                         {"rms_norm_eps", c.rms_norm_eps},
-                         {"max_position_embeddings", c.max_position_embeddings},
-                         {"tie_word_embeddings", c.tie_word_embeddings},
-                         {"attention_bias", c.attention_bias}};
-    nlohmann::ordered_json p;
-    for (const char* k : {"embeddings", "attention", "mlp", "norms", "lm_head", "other"}) {
-      p[k] = params.count(k) ? params[k] : 0;
-    }
-    p["total"] = total;
-    j["parameters"] = p;
-    j["kv_cache"] = {{"bytes_per_token", kv_per_token},
-                     {"ctx", ctx},
-                     {"batch", o.batch},
-                     {"bytes_for_ctx_batch",
-                      {{"f32", kv_per_token["f32"] * ctx * o.batch},
-                       {"f16", kv_per_token["f16"] * ctx * o.batch},
-                       {"bf16", kv_per_token["bf16"] * ctx * o.batch}}},
-                     {"ember_cache_dtype", "f32"}};
-    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
-    for (const auto& r : rows) {
-      tensors.push_back(
-          {{"name", r.name}, {"shape", r.shape}, {"dtype", r.dtype}, {"numel", r.numel}});
-    }
-    j["tensors"] = tensors;
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+void print_json(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, const Totals& t,
+                const InspectOptions& o) {
+  const ModelConfig& c = ckpt.config;
+  nlohmann::ordered_json j;
+  j["path"] = ckpt.path;
+  j["format"] = format_name(ckpt.format);
+  j["architecture"] = {{"arch", c.architecture},
+                       {"d_model", c.d_model},
+                       {"d_ffn", c.d_ffn},
+                       {"n_layers", c.n_layers},
+                       {"n_heads", c.n_heads},
+                       {"n_kv_heads", c.n_kv_heads},
+                       {"head_dim", c.head_dim},
+                       {"vocab_size", c.vocab_size},
+                       {"rope_theta", c.rope_theta},
+                       {"rms_norm_eps", c.rms_norm_eps},
+                       {"max_position_embeddings", c.max_position_embeddings},
+                       {"tie_word_embeddings", c.tie_word_embeddings},
+                       {"attention_bias", c.attention_bias}};
+  nlohmann::ordered_json p;
+  for (const char* k : {"embeddings", "attention", "mlp", "norms", "lm_head", "other"}) {
+    p[k] = t.params.count(k) ? t.params.at(k) : 0;
   }
+  p["total"] = t.total;
+  j["parameters"] = p;
+  j["kv_cache"] = {{"bytes_per_token", t.kv_per_token},
+                   {"ctx", t.ctx},
+                   {"batch", o.batch},
+                   {"bytes_for_ctx_batch",
+                    {{"f32", t.kv_per_token.at("f32") * t.ctx * o.batch},
+                     {"f16", t.kv_per_token.at("f16") * t.ctx * o.batch},
+                     {"bf16", t.kv_per_token.at("bf16") * t.ctx * o.batch}}},
+                   {"ember_cache_dtype", "f32"}};
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (const auto& r : rows) {
+    tensors.push_back(
+        {{"name", r.name}, {"shape", r.shape}, {"dtype", r.dtype}, {"numel", r.numel}});
+  }
+  j["tensors"] = tensors;
+  std::printf("%s\n", j.dump(2).c_str());
+}
 
+void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, const Totals& t,
+                const InspectOptions& o) {
+  const ModelConfig& c = ckpt.config;
   std::printf("model:    %s\nformat:   %s%s\n", ckpt.path.c_str(), format_name(ckpt.format),
               ckpt.format == CheckpointFormat::ConfigOnly
                   ? " (--dummy: tensors implied by the config)"
@@ -152,14 +170,14 @@ int inspect_command(const InspectOptions& o) {
               (long long)c.max_position_embeddings, c.tie_word_embeddings ? "yes" : "no");
   std::printf("\nparameters:\n");
   for (const char* k : {"embeddings", "attention", "mlp", "norms", "lm_head", "other"}) {
-    if (params.count(k)) std::printf("  %-11s %16s\n", k, with_commas(params[k]).c_str());
+    if (t.params.count(k)) std::printf("  %-11s %16s\n", k, with_commas(t.params.at(k)).c_str());
   }
-  std::printf("  %-11s %16s\n", "total", with_commas(total).c_str());
+  std::printf("  %-11s %16s\n", "total", with_commas(t.total).c_str());
   std::printf("\nKV cache (L x 2 x n_kv x head_dim x bytes):\n");
   for (const char* k : {"f32", "bf16"}) {
     std::printf("  %-4s %10s bytes/token, %16s bytes for ctx %lld x batch %lld\n", k,
-                with_commas(kv_per_token[k]).c_str(),
-                with_commas(kv_per_token[k] * ctx * o.batch).c_str(), (long long)ctx,
+                with_commas(t.kv_per_token.at(k)).c_str(),
+                with_commas(t.kv_per_token.at(k) * t.ctx * o.batch).c_str(), (long long)t.ctx,
                 (long long)o.batch);
   }
   std::printf("  (ember's cache stores f32 today)\n");
@@ -168,6 +186,17 @@ int inspect_command(const InspectOptions& o) {
     for (const auto& [key, value] : ckpt.gguf->metadata()) {
       std::printf("  %-40s %s\n", key.c_str(), value.to_display().c_str());
     }
+  }
+}
+
+int inspect_command(const InspectOptions& o) {
+  const Checkpoint ckpt = open_headers(o);
+  const std::vector<TensorRow> rows = tensor_rows(ckpt, o);
+  const Totals totals = compute_totals(rows, ckpt.config, o);
+  if (o.json) {
+    print_json(ckpt, rows, totals, o);
+  } else {
+    print_text(ckpt, rows, totals, o);
   }
   return 0;
 }

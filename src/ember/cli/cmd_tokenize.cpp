@@ -1,5 +1,6 @@
 // `ember tokenize`: text -> token ids (and pieces), for tests and for users. Reads only the
-// tokenizer (no weights).
+// tokenizer: no weights and no model config, so it works on any GGUF with a vocabulary (including
+// llama.cpp's vocab-only files of architectures ember cannot run).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -8,7 +9,7 @@
 
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
-#include "ember/model/checkpoint.h"
+#include "ember/tokenizer/load_tokenizer.h"
 
 namespace ember::cli {
 
@@ -51,11 +52,8 @@ std::string quoted(const std::string& bytes) {
 }
 
 int tokenize_command(const TokenizeOptions& o) {
-  CheckpointOptions copts;
-  copts.dummy = true;  // config + tokenizer only; no weight is read
-  copts.tokenizer_path = o.tokenizer;
-  Checkpoint ckpt = open_checkpoint(o.model.empty() ? default_model_path() : o.model, copts);
-  std::unique_ptr<Tokenizer> tok = load_checkpoint_tokenizer(ckpt);
+  std::unique_ptr<Tokenizer> tok =
+      load_tokenizer_for_model(o.model.empty() ? default_model_path() : o.model, o.tokenizer);
   std::string text = o.text;
   if (!o.file.empty()) {
     std::ifstream in(o.file, std::ios::binary);

@@ -371,33 +371,44 @@ std::string GgufValue::to_display(size_t max_items) const {
 
 // ---- GgufFile ----
 
-GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFile>(path)) {
-  const MappedFile& file = *mapping_;
-  Reader r(file);
+namespace {
 
+struct GgufPreamble {
+  uint32_t version = 0;
+  uint64_t tensor_count = 0;
+  uint64_t kv_count = 0;
+};
+
+// Magic, version and the two counts that precede the metadata.
+GgufPreamble read_preamble(Reader& r, const MappedFile& file, const std::string& path) {
   r.need(4, "magic");
   if (std::memcmp(file.data(), "GGUF", 4) != 0) {
     throw Error::in_file(ErrorKind::InvalidFile, path, "not a GGUF file (bad magic)");
   }
   r.read<uint32_t>("magic");
-  version_ = r.read<uint32_t>("version");
-  if (version_ != 2 && version_ != 3) {
+  GgufPreamble p;
+  p.version = r.read<uint32_t>("version");
+  if (p.version != 2 && p.version != 3) {
     // v1 used u32 counts and lengths, so its layout differs; later versions are unknown.
     throw Error::in_file(ErrorKind::Unsupported, path,
-                         "unsupported GGUF version " + std::to_string(version_) +
+                         "unsupported GGUF version " + std::to_string(p.version) +
                              " (only versions 2 and 3 are supported)");
   }
-  uint64_t tensor_count = r.read<uint64_t>("tensor count");
-  uint64_t kv_count = r.read<uint64_t>("metadata count");
+  p.tensor_count = r.read<uint64_t>("tensor count");
+  p.kv_count = r.read<uint64_t>("metadata count");
+  return p;
+}
 
-  // Each kv is at least key length (8) + type (4) + a 1-byte value; each tensor info at least
-  // name length (8) + n_dims (4) + one ne (8) + type (4) + offset (8).
+std::vector<std::pair<std::string, GgufValue>> read_metadata(Reader& r, uint64_t kv_count,
+                                                             const std::string& path) {
+  // Each kv is at least key length (8) + type (4) + a 1-byte value.
   if (kv_count > r.remaining() / 13) {
     throw Error::in_file(ErrorKind::InvalidFile, path,
                          "metadata count " + std::to_string(kv_count) +
                              " is larger than the file can hold (corrupt or truncated file)");
   }
-  metadata_.reserve(static_cast<size_t>(kv_count));
+  std::vector<std::pair<std::string, GgufValue>> metadata;
+  metadata.reserve(static_cast<size_t>(kv_count));
   std::unordered_set<std::string> keys;  // a crafted file may hold many keys: no quadratic scan
   for (uint64_t i = 0; i < kv_count; ++i) {
     std::string where = "metadata entry #" + std::to_string(i);
@@ -412,106 +423,143 @@ GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFi
     if (!keys.insert(key).second) {
       throw Error::in_file(ErrorKind::InvalidFile, path, "duplicate metadata key '" + key + "'");
     }
-    metadata_.emplace_back(key, read_value(r, static_cast<GgufType>(type), path, what, 0));
+    metadata.emplace_back(key, read_value(r, static_cast<GgufType>(type), path, what, 0));
   }
+  return metadata;
+}
 
-  if (const GgufValue* a = find("general.alignment")) {
-    std::optional<int64_t> v = a->as_int();
-    if (!a->is_integer() || !v || *v <= 0 || (*v & (*v - 1)) != 0) {
-      throw Error::in_file(
-          ErrorKind::InvalidFile, path,
-          "general.alignment must be a positive power of two (got " + a->to_display() + ")");
+// general.alignment when present (a positive power of two), else `fallback`.
+uint64_t alignment_from(const GgufValue* a, uint64_t fallback, const std::string& path) {
+  if (a == nullptr) return fallback;
+  std::optional<int64_t> v = a->as_int();
+  if (!a->is_integer() || !v || *v <= 0 || (*v & (*v - 1)) != 0) {
+    throw Error::in_file(
+        ErrorKind::InvalidFile, path,
+        "general.alignment must be a positive power of two (got " + a->to_display() + ")");
+  }
+  return static_cast<uint64_t>(*v);
+}
+
+// Bytes of a tensor of info.dtype whose ggml dims are `ne` (innermost first), checked against
+// whole blocks, overflow and the file size; `t` names the tensor in messages.
+uint64_t tensor_nbytes(const GgufTensorInfo& info, const std::array<int64_t, kMaxDims>& ne,
+                       uint32_t n_dims, uint64_t file_size, const std::string& path,
+                       const std::string& t) {
+  int64_t block = dtype_block_elems(info.dtype);
+  if (ne[0] % block != 0) {
+    throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                           t + " has inner dimension " + std::to_string(ne[0]) +
+                               ", not a multiple of the " + dtype_name(info.dtype) +
+                               " block size " + std::to_string(block));
+  }
+  std::optional<int64_t> blocks = ne[0] / block;
+  for (uint32_t d = 1; d < n_dims && blocks; ++d) blocks = checked_mul(*blocks, ne[d]);
+  std::optional<int64_t> bytes =
+      blocks ? checked_mul(*blocks, dtype_block_bytes(info.dtype)) : std::nullopt;
+  if (!bytes || static_cast<uint64_t>(*bytes) > file_size) {
+    throw Error::in_tensor(
+        ErrorKind::InvalidFile, path, info.name,
+        t + " with shape " + shape_to_string(info.shape) + " is larger than the file");
+  }
+  return static_cast<uint64_t>(*bytes);
+}
+
+// One tensor directory entry (#i). Its data offset relative to the data section goes to
+// `rel_offset`; the absolute offset is known only once the whole directory has been read.
+GgufTensorInfo read_tensor_info(Reader& r, uint64_t i, uint64_t alignment, uint64_t file_size,
+                                const std::string& path, uint64_t& rel_offset) {
+  GgufTensorInfo info;
+  info.name = r.read_string("name of tensor #" + std::to_string(i));
+  const std::string t = "tensor " + info.name;
+  uint32_t n_dims = r.read<uint32_t>("dimension count of " + t);
+  if (n_dims == 0 || n_dims > kMaxDims) {
+    throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                           t + " has " + std::to_string(n_dims) + " dimensions (expected 1 to " +
+                               std::to_string(kMaxDims) + ")");
+  }
+  std::array<int64_t, kMaxDims> ne{};
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    uint64_t n = r.read<uint64_t>("dimensions of " + t);
+    if (n == 0 || n > static_cast<uint64_t>(INT64_MAX)) {
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             t + " has invalid dimension " + std::to_string(n));
     }
-    alignment_ = static_cast<uint64_t>(*v);
+    ne[d] = static_cast<int64_t>(n);
   }
+  info.ggml_type = r.read<uint32_t>("type of " + t);
+  rel_offset = r.read<uint64_t>("data offset of " + t);
 
+  std::optional<DType> dtype = dtype_for_ggml(info.ggml_type);
+  if (!dtype) {
+    throw Error::in_tensor(ErrorKind::Unsupported, path, info.name,
+                           "unsupported tensor type " + ggml_type_name(info.ggml_type) +
+                               " for tensor " + info.name +
+                               " (ember reads F32, F16, BF16, Q8_0 and Q4_0 GGUF tensors)");
+  }
+  info.dtype = *dtype;
+  // ne[0] is the innermost (contiguous) dimension; ember shapes are outermost first.
+  for (uint32_t d = n_dims; d-- > 0;) info.shape.push_back(ne[d]);
+  info.nbytes = tensor_nbytes(info, ne, n_dims, file_size, path, t);
+  if (rel_offset % alignment != 0) {
+    throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                           t + " data offset " + std::to_string(rel_offset) +
+                               " is not a multiple of the alignment " + std::to_string(alignment));
+  }
+  return info;
+}
+
+// Turns relative data offsets into absolute ones, checking every tensor's bytes lie in the file.
+void place_tensor_data(std::vector<GgufTensorInfo>& tensors,
+                       const std::vector<uint64_t>& relative_offsets, uint64_t data_start,
+                       uint64_t file_size, const std::string& path) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    GgufTensorInfo& info = tensors[i];
+    uint64_t rel = relative_offsets[i];
+    if (data_start > file_size || rel > file_size - data_start ||
+        info.nbytes > file_size - data_start - rel) {
+      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
+                             "data of tensor " + info.name + " (" + std::to_string(info.nbytes) +
+                                 " bytes at data offset " + std::to_string(rel) +
+                                 ") lies past the end of the file (" + std::to_string(file_size) +
+                                 " bytes; truncated or corrupt file)");
+    }
+    info.offset = data_start + rel;
+  }
+}
+
+}  // namespace
+
+GgufFile::GgufFile(const std::string& path) : mapping_(std::make_shared<MappedFile>(path)) {
+  const MappedFile& file = *mapping_;
+  Reader r(file);
+  const GgufPreamble preamble = read_preamble(r, file, path);
+  version_ = preamble.version;
+  metadata_ = read_metadata(r, preamble.kv_count, path);
+  alignment_ = alignment_from(find("general.alignment"), alignment_, path);
+
+  // Each tensor info is at least name length (8) + n_dims (4) + one ne (8) + type (4) +
+  // offset (8).
+  const uint64_t tensor_count = preamble.tensor_count;
   if (tensor_count > r.remaining() / 32) {
     throw Error::in_file(ErrorKind::InvalidFile, path,
                          "tensor count " + std::to_string(tensor_count) +
                              " is larger than the file can hold (corrupt or truncated file)");
   }
   tensors_.reserve(static_cast<size_t>(tensor_count));
-  std::vector<uint64_t> relative_offsets;
-  relative_offsets.reserve(static_cast<size_t>(tensor_count));
+  std::vector<uint64_t> relative_offsets(static_cast<size_t>(tensor_count));
   for (uint64_t i = 0; i < tensor_count; ++i) {
-    GgufTensorInfo info;
-    info.name = r.read_string("name of tensor #" + std::to_string(i));
-    const std::string t = "tensor " + info.name;
-    uint32_t n_dims = r.read<uint32_t>("dimension count of " + t);
-    if (n_dims == 0 || n_dims > kMaxDims) {
-      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
-                             t + " has " + std::to_string(n_dims) + " dimensions (expected 1 to " +
-                                 std::to_string(kMaxDims) + ")");
-    }
-    std::array<int64_t, kMaxDims> ne{};
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      uint64_t n = r.read<uint64_t>("dimensions of " + t);
-      if (n == 0 || n > static_cast<uint64_t>(INT64_MAX)) {
-        throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
-                               t + " has invalid dimension " + std::to_string(n));
-      }
-      ne[d] = static_cast<int64_t>(n);
-    }
-    info.ggml_type = r.read<uint32_t>("type of " + t);
-    uint64_t rel_offset = r.read<uint64_t>("data offset of " + t);
-
-    std::optional<DType> dtype = dtype_for_ggml(info.ggml_type);
-    if (!dtype) {
-      throw Error::in_tensor(ErrorKind::Unsupported, path, info.name,
-                             "unsupported tensor type " + ggml_type_name(info.ggml_type) +
-                                 " for tensor " + info.name +
-                                 " (ember reads F32, F16, BF16, Q8_0 and Q4_0 GGUF tensors)");
-    }
-    info.dtype = *dtype;
-    // ne[0] is the innermost (contiguous) dimension; ember shapes are outermost first.
-    for (uint32_t d = n_dims; d-- > 0;) info.shape.push_back(ne[d]);
-
-    int64_t block = dtype_block_elems(info.dtype);
-    if (ne[0] % block != 0) {
-      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
-                             t + " has inner dimension " + std::to_string(ne[0]) +
-                                 ", not a multiple of the " + dtype_name(info.dtype) +
-                                 " block size " + std::to_string(block));
-    }
-    std::optional<int64_t> blocks = ne[0] / block;
-    for (uint32_t d = 1; d < n_dims && blocks; ++d) blocks = checked_mul(*blocks, ne[d]);
-    std::optional<int64_t> bytes =
-        blocks ? checked_mul(*blocks, dtype_block_bytes(info.dtype)) : std::nullopt;
-    if (!bytes || static_cast<uint64_t>(*bytes) > file.size()) {
-      throw Error::in_tensor(
-          ErrorKind::InvalidFile, path, info.name,
-          t + " with shape " + shape_to_string(info.shape) + " is larger than the file");
-    }
-    info.nbytes = static_cast<uint64_t>(*bytes);
-    if (rel_offset % alignment_ != 0) {
-      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
-                             t + " data offset " + std::to_string(rel_offset) +
-                                 " is not a multiple of the alignment " +
-                                 std::to_string(alignment_));
-    }
+    GgufTensorInfo info = read_tensor_info(r, i, alignment_, file.size(), path,
+                                           relative_offsets[static_cast<size_t>(i)]);
     if (!tensor_index_.emplace(info.name, tensors_.size()).second) {
       throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
                              "duplicate tensor name " + info.name);
     }
-    relative_offsets.push_back(rel_offset);
     tensors_.push_back(std::move(info));
   }
 
   // The data section starts at the first aligned offset after the tensor directory.
-  uint64_t data_start = (r.pos() + alignment_ - 1) / alignment_ * alignment_;
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    GgufTensorInfo& info = tensors_[i];
-    uint64_t rel = relative_offsets[i];
-    if (data_start > file.size() || rel > file.size() - data_start ||
-        info.nbytes > file.size() - data_start - rel) {
-      throw Error::in_tensor(ErrorKind::InvalidFile, path, info.name,
-                             "data of tensor " + info.name + " (" + std::to_string(info.nbytes) +
-                                 " bytes at data offset " + std::to_string(rel) +
-                                 ") lies past the end of the file (" + std::to_string(file.size()) +
-                                 " bytes; truncated or corrupt file)");
-    }
-    info.offset = data_start + rel;
-  }
+  const uint64_t data_start = (r.pos() + alignment_ - 1) / alignment_ * alignment_;
+  place_tensor_data(tensors_, relative_offsets, data_start, file.size(), path);
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {

@@ -16,7 +16,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ember/core/error.h"
@@ -66,10 +68,10 @@ class Cursor {
 
 }  // namespace
 
-Llama2cCheckpoint load_llama2c_checkpoint(const std::string& path) {
-  Llama2cCheckpoint ckpt;
-  ckpt.mapping = std::make_shared<MappedFile>(path);
-  const MappedFile& file = *ckpt.mapping;
+Llama2cFile open_llama2c_file(const std::string& path) {
+  Llama2cFile l2c;
+  l2c.mapping = std::make_shared<MappedFile>(path);
+  const MappedFile& file = *l2c.mapping;
   if (file.size() < kHeaderBytes) {
     throw Error::in_file(ErrorKind::InvalidFile, path,
                          "truncated file: " + std::to_string(file.size()) +
@@ -82,8 +84,6 @@ Llama2cCheckpoint load_llama2c_checkpoint(const std::string& path) {
                          "llama2.c export version " + std::to_string(h[1]) +
                              " is not supported (only the legacy version 0 .bin format)");
   }
-  const int64_t dim = h[0], hidden = h[1], n_layers = h[2], n_heads = h[3], n_kv_heads = h[4];
-  const int64_t vocab_signed = h[5], seq_len = h[6];
   const char* names[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
                           "n_kv_heads", "vocab_size", "seq_len"};
   for (int i = 0; i < 7; ++i) {
@@ -94,31 +94,28 @@ Llama2cCheckpoint load_llama2c_checkpoint(const std::string& path) {
           std::string("invalid llama2.c header: ") + names[i] + " = " + std::to_string(h[i]));
     }
   }
-  if (dim % n_heads != 0) {
+  Llama2cHeader& header = l2c.header;
+  header.dim = h[0];
+  header.hidden_dim = h[1];
+  header.n_layers = h[2];
+  header.n_heads = h[3];
+  header.n_kv_heads = h[4];
+  header.vocab_size = h[5] < 0 ? -int64_t{h[5]} : h[5];
+  header.shared_classifier = h[5] > 0;
+  header.seq_len = h[6];
+  if (header.dim % header.n_heads != 0) {
     throw Error::in_file(ErrorKind::InvalidFile, path,
-                         "invalid llama2.c header: dim " + std::to_string(dim) +
-                             " is not a multiple of n_heads " + std::to_string(n_heads));
+                         "invalid llama2.c header: dim " + std::to_string(header.dim) +
+                             " is not a multiple of n_heads " + std::to_string(header.n_heads));
   }
+  return l2c;
+}
 
-  ModelConfig& c = ckpt.config;
-  c.architecture = "llama";
-  c.d_model = dim;
-  c.d_ffn = hidden;
-  c.n_layers = n_layers;
-  c.n_heads = n_heads;
-  c.n_kv_heads = n_kv_heads;
-  c.head_dim = dim / n_heads;
-  c.rope_dim = c.head_dim;
-  c.vocab_size = vocab_signed < 0 ? -vocab_signed : vocab_signed;
-  c.max_position_embeddings = seq_len;
-  c.rms_norm_eps = 1e-5f;
-  c.rope_theta = 10000.0f;
-  c.tie_word_embeddings = vocab_signed > 0;
-  c.bos_token_id = 1;
-  c.eos_token_id = 2;
-  c.validate(path);
-
-  const int64_t vocab = c.vocab_size, kv_dim = c.kv_dim(), L = n_layers;
+std::map<std::string, TensorView> llama2c_tensor_views(const Llama2cFile& l2c) {
+  const Llama2cHeader& h = l2c.header;
+  const MappedFile& file = *l2c.mapping;
+  const int64_t dim = h.dim, hidden = h.hidden_dim, vocab = h.vocab_size, kv_dim = h.kv_dim();
+  const int64_t L = h.n_layers;
   Cursor cur(file);
   struct Stacked {
     uint64_t offset;
@@ -142,11 +139,12 @@ Llama2cCheckpoint load_llama2c_checkpoint(const std::string& path) {
   const Stacked w3 = stacked({hidden, dim}, "w3");
   const uint64_t rms_final = cur.take({dim}, "rms_final_weight");
   // RoPE tables precomputed by old exports; ember computes its own.
-  cur.take({seq_len, c.head_dim / 2}, "freq_cis_real");
-  cur.take({seq_len, c.head_dim / 2}, "freq_cis_imag");
+  cur.take({h.seq_len, h.head_size() / 2}, "freq_cis_real");
+  cur.take({h.seq_len, h.head_size() / 2}, "freq_cis_imag");
   std::optional<uint64_t> wcls;
-  if (!c.tie_word_embeddings) wcls = cur.take({vocab, dim}, "wcls");
+  if (!h.shared_classifier) wcls = cur.take({vocab, dim}, "wcls");
 
+  std::map<std::string, TensorView> tensors;
   auto add = [&](const std::string& name, uint64_t offset, std::vector<int64_t> shape) {
     TensorView v;
     v.name = name;
@@ -154,7 +152,7 @@ Llama2cCheckpoint load_llama2c_checkpoint(const std::string& path) {
     v.shape = std::move(shape);
     v.nbytes = static_cast<uint64_t>(v.numel()) * 4;
     v.data = file.data() + offset;
-    ckpt.tensors.emplace(name, std::move(v));
+    tensors.emplace(name, std::move(v));
   };
   auto add_layer = [&](const std::string& name, const Stacked& s, int64_t layer) {
     uint64_t n = 1;
@@ -177,7 +175,7 @@ Llama2cCheckpoint load_llama2c_checkpoint(const std::string& path) {
   }
   add("model.norm.weight", rms_final, {dim});
   if (wcls) add("lm_head.weight", *wcls, {vocab, dim});
-  return ckpt;
+  return tensors;
 }
 
 }  // namespace ember

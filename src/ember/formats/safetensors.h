@@ -1,6 +1,6 @@
-// safetensors reader (one file) and HF checkpoint directory reader (config.json +
-// model.safetensors, or shards listed in model.safetensors.index.json). Every header offset is
-// checked against the file length; F32, F16 and BF16 tensors are accepted.
+// safetensors reader (one file) and the tensors of an HF checkpoint directory (model.safetensors,
+// or shards listed in model.safetensors.index.json; its config.json is read by hf_config.h). Every
+// header offset is checked against the file length; F32, F16 and BF16 tensors are accepted.
 #pragma once
 
 #include <map>

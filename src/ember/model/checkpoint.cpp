@@ -7,10 +7,10 @@
 
 #include "ember/core/error.h"
 #include "ember/formats/gguf.h"
-#include "ember/formats/hf_config.h"
-#include "ember/formats/llama2c.h"
 #include "ember/formats/safetensors.h"
+#include "ember/model/model_config_sources.h"
 #include "ember/model/tensor_names.h"
+#include "ember/tokenizer/load_tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -100,23 +100,6 @@ Checkpoint open_gguf(const fs::path& path) {
   ckpt.config.attention_bias = ckpt.tensors.count("model.layers.0.self_attn.q_proj.bias") != 0;
   ckpt.qk_rows_interleaved = ckpt.config.architecture == "llama";
   return ckpt;
-}
-
-std::string find_llama2c_tokenizer(const fs::path& model_path, int64_t vocab_size) {
-  fs::path dir = model_path.parent_path();
-  if (dir.empty()) dir = ".";
-  for (const char* name : {"tokenizer.bin"}) {
-    if (fs::exists(dir / name)) return (dir / name).string();
-  }
-  fs::path sized = dir / ("tok" + std::to_string(vocab_size) + ".bin");
-  if (fs::exists(sized)) return sized.string();
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind("tok", 0) == 0 && entry.path().extension() == ".bin")
-      return entry.path().string();
-  }
-  return "";
 }
 
 Checkpoint open_llama2c(const fs::path& path, const CheckpointOptions& options) {

@@ -7,7 +7,9 @@ namespace ember {
 void ModelConfig::validate(const std::string& source) const {
   auto require_positive = [&](int64_t v, const char* field) {
     if (v <= 0)
-      throw Error(source + ": " + field + " must be positive (got " + std::to_string(v) + ")");
+      throw Error::in_file(
+          ErrorKind::InvalidFile, source,
+          std::string(field) + " must be positive (got " + std::to_string(v) + ")");
   };
   require_positive(d_model, "hidden_size (d_model)");
   require_positive(d_ffn, "intermediate_size (d_ffn)");
@@ -17,16 +19,25 @@ void ModelConfig::validate(const std::string& source) const {
   require_positive(head_dim, "head_dim");
   require_positive(vocab_size, "vocab_size");
   if (n_heads % n_kv_heads != 0) {
-    throw Error(source + ": num_attention_heads (" + std::to_string(n_heads) +
-                ") is not a multiple of num_key_value_heads (" + std::to_string(n_kv_heads) + ")");
+    throw Error::in_file(ErrorKind::InvalidFile, source,
+                         "num_attention_heads (" + std::to_string(n_heads) +
+                             ") is not a multiple of num_key_value_heads (" +
+                             std::to_string(n_kv_heads) + ")");
   }
-  if (head_dim % 2 != 0) throw Error(source + ": head_dim must be even for RoPE");
+  if (head_dim % 2 != 0) {
+    throw Error::in_file(ErrorKind::InvalidFile, source, "head_dim must be even for RoPE");
+  }
   if (rope_dim <= 0 || rope_dim > head_dim || rope_dim % 2 != 0) {
-    throw Error(source + ": rope dimension " + std::to_string(rope_dim) +
-                " is invalid for head_dim " + std::to_string(head_dim));
+    throw Error::in_file(ErrorKind::InvalidFile, source,
+                         "rope dimension " + std::to_string(rope_dim) +
+                             " is invalid for head_dim " + std::to_string(head_dim));
   }
-  if (!(rms_norm_eps > 0.0f)) throw Error(source + ": rms_norm_eps must be positive");
-  if (!(rope_theta > 0.0f)) throw Error(source + ": rope_theta must be positive");
+  if (!(rms_norm_eps > 0.0f)) {
+    throw Error::in_file(ErrorKind::InvalidFile, source, "rms_norm_eps must be positive");
+  }
+  if (!(rope_theta > 0.0f)) {
+    throw Error::in_file(ErrorKind::InvalidFile, source, "rope_theta must be positive");
+  }
 }
 
 }  // namespace ember

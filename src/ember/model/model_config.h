@@ -40,8 +40,8 @@ struct ModelConfig {
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 
-  // Throws ember::Error("<source>: ...") when a number is missing or inconsistent
-  // (zero sizes, heads not dividing kv heads, ...).
+  // Throws ember::Error("<source>: ...") of kind InvalidFile, with `source` as its file, when a
+  // number is missing or inconsistent (zero sizes, heads not dividing kv heads, ...).
   void validate(const std::string& source) const;
 };
 

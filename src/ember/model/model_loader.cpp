@@ -9,7 +9,7 @@
 #include "ember/core/quantize.h"
 #include "ember/formats/gguf.h"
 #include "ember/model/tensor_names.h"
-#include "ember/tokenizer/bpe_tokenizer.h"
+#include "ember/tokenizer/load_tokenizer.h"
 #include "ember/tokenizer/tokenizer_json.h"
 
 namespace ember {
@@ -202,13 +202,7 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
 }
 
 std::unique_ptr<Tokenizer> load_checkpoint_tokenizer(const Checkpoint& ckpt) {
-  if (ckpt.format == CheckpointFormat::Gguf) {
-    const GgufValue* model = ckpt.gguf->find("tokenizer.ggml.model");
-    if (model != nullptr && model->type == GgufType::String && model->string_value == "gpt2") {
-      return load_gguf_bpe_tokenizer(*ckpt.gguf);
-    }
-    return load_gguf_tokenizer(*ckpt.gguf);
-  }
+  if (ckpt.format == CheckpointFormat::Gguf) return load_tokenizer_from_gguf(*ckpt.gguf);
   if (ckpt.format == CheckpointFormat::Llama2c) {
     if (ckpt.tokenizer_path.empty()) {
       throw Error(ckpt.path +

@@ -1,5 +1,6 @@
-// Text <-> token ids. Implementations: SentencePiece-style BPE (GGUF `llama` vocab, llama2.c
-// tokenizer.bin); byte-level BPE comes later behind the same interface.
+// Text <-> token ids. Implementations: SentencePiece-style BPE (spm_tokenizer.h: GGUF `llama`
+// vocab, llama2.c tokenizer.bin) and byte-level BPE (bpe_tokenizer.h: GGUF `gpt2` vocab, HF
+// tokenizer.json). load_tokenizer.h picks the right loader for a file.
 #pragma once
 
 #include <cstdint>
@@ -48,9 +49,10 @@ class Tokenizer {
   void check_token_id(int32_t id) const;
 };
 
-// Loads the tokenizer embedded in a GGUF file (tokenizer.ggml.model = "llama": tokens, scores,
-// token_type, bos/eos ids, add_bos_token, add_space_prefix). Throws ember::Error naming the
-// file and key on missing/malformed metadata or an unsupported tokenizer model.
+// Loads the SentencePiece tokenizer embedded in a GGUF file (tokenizer.ggml.model = "llama":
+// tokens, scores, token_type, bos/eos ids, add_bos_token, add_space_prefix). Throws ember::Error
+// naming the file and key on missing/malformed metadata or any other tokenizer model (for a
+// "gpt2" vocabulary use load_tokenizer_from_gguf, which dispatches on the model).
 std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& gguf);
 // Loads a llama2.c tokenizer.bin (int32 max_token_length, then per token: float32 score, int32
 // length, bytes). `vocab_size` comes from the checkpoint header. BOS = 1, EOS = 2.

@@ -186,14 +186,10 @@ std::optional<int32_t> config_id(const json& config, const char* key) {
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
-}  // namespace
+using TokenIds = std::unordered_map<std::string, int32_t>;
 
-std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
-  const Reader r(path);
-  const json root = read_json(path);
-  if (!root.is_object()) r.fail("top level is not a JSON object");
-
-  const json& model = r.object(root, "model", "model");
+// Rejects BPE variants the tokenizer does not implement, before any table is read.
+void check_supported_model(const Reader& r, const json& root, const json& model) {
   const std::string type =
       model.contains("type") ? r.string(model["type"], "model.type") : std::string("BPE");
   if (type != "BPE") r.fail("unsupported model type '" + type + "' (only BPE is supported)");
@@ -205,25 +201,29 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
       r.fail(std::string("unsupported model.") + key);
     }
   }
-
   const json& normalizer = root.value("normalizer", json());
   if (!normalizer.is_null()) {
     // NFC (Qwen2) leaves already-composed text alone; it is accepted and not applied.
     const std::string ntype = normalizer.value("type", "");
     if (ntype != "NFC") r.fail("unsupported normalizer type '" + ntype + "'");
   }
+}
 
-  // Vocabulary: spelling -> id, with ids dense in [0, n).
+// model.vocab: spelling -> id. Raises `max_id` to the largest id seen.
+TokenIds read_vocab(const Reader& r, const json& model, int32_t& max_id) {
   const json& vocab_json = r.object(model, "vocab", "model.vocab");
-  std::unordered_map<std::string, int32_t> ids;
+  TokenIds ids;
   ids.reserve(vocab_json.size());
-  int32_t max_id = -1;
   for (auto it = vocab_json.begin(); it != vocab_json.end(); ++it) {
     const int32_t id = r.id(it.value(), "model.vocab[" + it.key() + "]");
     ids.emplace(it.key(), id);
     max_id = std::max(max_id, id);
   }
+  return ids;
+}
 
+// added_tokens, in file order. Raises `max_id` to the largest id seen.
+std::vector<AddedToken> read_added_tokens(const Reader& r, const json& root, int32_t& max_id) {
   std::vector<AddedToken> added;
   const json& added_json = root.value("added_tokens", json::array());
   if (!added_json.is_array()) r.fail("\"added_tokens\" is not an array");
@@ -243,13 +243,15 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
     max_id = std::max(max_id, t.id);
     added.push_back(std::move(t));
   }
-  if (max_id < 0) r.fail("empty vocabulary");
+  return added;
+}
 
-  BpeVocab vocab;
-  vocab.source = path;
-  vocab.strict_merges = true;
+// Lays the vocabulary and added tokens out by id (ids dense in [0, max_id]; holes are Unused) and
+// adds the added tokens' spellings to `ids`.
+void fill_tokens(const Reader& r, TokenIds& ids, std::vector<AddedToken> added, int32_t max_id,
+                 BpeVocab& vocab) {
   vocab.tokens.assign(static_cast<size_t>(max_id) + 1, std::string());
-  vocab.kinds.assign(vocab.tokens.size(), BpeTokenKind::Unused);  // holes in the id range
+  vocab.kinds.assign(vocab.tokens.size(), BpeTokenKind::Unused);
   for (const auto& [spelling, id] : ids) {
     if (vocab.kinds[id] == BpeTokenKind::Normal) {
       r.fail("model.vocab gives id " + std::to_string(id) + " to both '" + vocab.tokens[id] +
@@ -267,7 +269,10 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
     ids.emplace(t.content, t.id);
   }
   vocab.added_tokens = std::move(added);
+}
 
+// model.merges in rank order, as "left right" strings (older files) or [left, right] pairs.
+void read_merges(const Reader& r, const json& model, BpeVocab& vocab) {
   const json& merges = model.value("merges", json::array());
   if (!merges.is_array()) r.fail("\"model.merges\" is not an array");
   vocab.merges.reserve(merges.size());
@@ -275,7 +280,7 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
     const json& m = merges[i];
     const std::string what = "model.merges[" + std::to_string(i) + "]";
     if (m.is_string()) {
-      // Older files: "left right". Byte-alphabet spellings never contain a plain space.
+      // Byte-alphabet spellings never contain a plain space.
       const std::string s = m.get<std::string>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
@@ -288,19 +293,11 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
       r.fail("\"" + what + "\" is neither 'left right' nor [left, right]");
     }
   }
-  vocab.ignore_merges = r.flag(model, "ignore_merges", false, "model");
-  if (model.contains("unk_token") && model["unk_token"].is_string()) {
-    if (auto id = lookup(ids, model["unk_token"].get<std::string>())) vocab.unk_id = *id;
-  }
+}
 
-  parse_pretokenizer(r, root.value("pre_tokenizer", json()), "pre_tokenizer", vocab.pretokenizer);
-
-  int32_t bos_id = -1;
-  vocab.add_bos =
-      post_processor_bos(r, root.value("post_processor", json()), ids, bos_id).has_value();
-  vocab.bos_id = bos_id;
-
-  // tokenizer_config.json (transformers) overrides; config.json only fills in missing ids.
+// The files beside tokenizer.json: tokenizer_config.json (transformers) overrides bos/eos and
+// add_bos_token; config.json only fills in ids still missing.
+void apply_beside_configs(const std::string& path, const TokenIds& ids, BpeVocab& vocab) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   const std::filesystem::path tok_config = dir / "tokenizer_config.json";
   if (std::filesystem::exists(tok_config)) {
@@ -325,6 +322,39 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
       if (vocab.eos_id < 0) vocab.eos_id = config_id(config, "eos_token_id").value_or(-1);
     }
   }
+}
+
+}  // namespace
+
+std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
+  const Reader r(path);
+  const json root = read_json(path);
+  if (!root.is_object()) r.fail("top level is not a JSON object");
+  const json& model = r.object(root, "model", "model");
+  check_supported_model(r, root, model);
+
+  int32_t max_id = -1;
+  TokenIds ids = read_vocab(r, model, max_id);
+  std::vector<AddedToken> added = read_added_tokens(r, root, max_id);
+  if (max_id < 0) r.fail("empty vocabulary");
+
+  BpeVocab vocab;
+  vocab.source = path;
+  vocab.strict_merges = true;
+  fill_tokens(r, ids, std::move(added), max_id, vocab);
+  read_merges(r, model, vocab);
+  vocab.ignore_merges = r.flag(model, "ignore_merges", false, "model");
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    if (auto id = lookup(ids, model["unk_token"].get<std::string>())) vocab.unk_id = *id;
+  }
+
+  parse_pretokenizer(r, root.value("pre_tokenizer", json()), "pre_tokenizer", vocab.pretokenizer);
+
+  int32_t bos_id = -1;
+  vocab.add_bos =
+      post_processor_bos(r, root.value("post_processor", json()), ids, bos_id).has_value();
+  vocab.bos_id = bos_id;
+  apply_beside_configs(path, ids, vocab);
   if (vocab.add_bos && vocab.bos_id < 0) vocab.add_bos = false;
 
   return std::make_unique<BpeTokenizer>(std::move(vocab));

@@ -1,5 +1,6 @@
-// Builds tokenizers from their on-disk forms: GGUF metadata and llama2.c's tokenizer.bin. Both end
-// up as the same SpmVocab, so a model encodes text identically whichever file it came from.
+// Builds SentencePiece tokenizers from their on-disk forms: GGUF metadata (tokenizer.ggml.model =
+// "llama") and llama2.c's tokenizer.bin. Both end up as the same SpmVocab, so a model encodes text
+// identically whichever file it came from. (Byte-level BPE loaders: gguf_bpe.cpp, tokenizer_json.)
 #include <cstdint>
 #include <cstring>
 #include <memory>
