@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "test_util.h"
-#include "unit/kernels_test_util.h"
+#include "unit/backend/cpu/kernels_test_util.h"
 
 namespace ember {
 namespace {

@@ -10,7 +10,7 @@
 #include "ember/model/model_loader.h"
 #include "test_util.h"
 #include "unit/engine/step_engine.h"
-#include "unit/kernels_test_util.h"
+#include "unit/backend/cpu/kernels_test_util.h"
 
 namespace ember {
 namespace {

@@ -15,7 +15,7 @@
 #include "ember/formats/gguf.h"
 #include "ember/tokenizer/bpe_tokenizer.h"
 #include "test_util.h"
-#include "unit/format_writers.h"
+#include "unit/formats/format_writers.h"
 
 namespace ember {
 namespace {

@@ -6,7 +6,7 @@
 #include "ember/formats/gguf.h"
 #include "ember/formats/llama2c.h"
 #include "ember/model/model_config_sources.h"
-#include "format_writers.h"
+#include "unit/formats/format_writers.h"
 #include "test_util.h"
 
 namespace ember {

@@ -10,7 +10,7 @@
 #include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
 #include "ember/core/quantize.h"
-#include "kernels_test_util.h"
+#include "unit/backend/cpu/kernels_test_util.h"
 
 namespace ember::cpu {
 namespace {

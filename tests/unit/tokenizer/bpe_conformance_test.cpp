@@ -12,7 +12,7 @@
 #include "ember/formats/gguf.h"
 #include "ember/tokenizer/bpe_tokenizer.h"
 #include "test_util.h"
-#include "tokenizer_bpe_test_util.h"
+#include "unit/tokenizer/bpe_test_util.h"
 
 namespace ember {
 namespace {

@@ -13,7 +13,7 @@
 #include "ember/tokenizer/byte_level.h"
 #include "ember/tokenizer/tokenizer_json.h"
 #include "test_util.h"
-#include "tokenizer_bpe_test_util.h"
+#include "unit/tokenizer/bpe_test_util.h"
 
 namespace ember {
 namespace {

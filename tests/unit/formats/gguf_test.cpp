@@ -7,7 +7,7 @@
 #include "ember/core/error.h"
 #include "ember/core/half.h"
 #include "ember/formats/gguf.h"
-#include "format_writers.h"
+#include "unit/formats/format_writers.h"
 #include "test_util.h"
 
 namespace ember {

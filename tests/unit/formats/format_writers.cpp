@@ -1,4 +1,4 @@
-#include "format_writers.h"
+#include "unit/formats/format_writers.h"
 
 #include <cstring>
 #include <fstream>

@@ -18,7 +18,7 @@
 #include "ember/backend/cpu/kernels.h"
 #include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
-#include "kernels_test_util.h"
+#include "unit/backend/cpu/kernels_test_util.h"
 
 namespace ember::cpu {
 namespace {
