@@ -131,12 +131,18 @@ PrefixResult time_prefix_hit(const ModelWeights& weights, const LLMEngineOptions
   return r;
 }
 
-int bench_command(const BenchOptions& o) {
-  if (o.prompt_tokens < 0 || o.gen_tokens < 0 || o.batch < 1 || o.repetitions < 1) {
-    throw Error("bench: -p and -n must be >= 0, --batch and -r >= 1");
-  }
-  if (o.probe_mb < 1) throw Error("bench: --probe-mb must be >= 1");
-  LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
+// Everything one bench invocation measured, and the facts its reports print beside it.
+struct BenchRun {
+  std::vector<double> pp, tg, probe_gbps, decode_fraction;
+  std::unique_ptr<BandwidthProbe> probe;
+  PrefixResult prefix;
+  int threads = 0;
+  int64_t matrix_bytes = 0, copied_bytes = 0;
+  BackendInfo backend;
+  bool interleaved = false;  // q8_0/q4_0 are interleaved at load unless --no-interleave
+};
+
+LLMEngineOptions bench_engine_options(const BenchOptions& o) {
   LLMEngineOptions eo = o.model.engine_options();
   eo.engine.max_context = std::max<int64_t>(
       {o.model.context, o.prompt_tokens + 1, o.decode_context + o.gen_tokens + 2, 16});
@@ -145,150 +151,173 @@ int bench_command(const BenchOptions& o) {
   eo.scheduler.max_batched_tokens =
       std::max<int64_t>({o.prompt_tokens, o.batch * std::max<int64_t>(o.decode_context, 1), 16});
   eo.scheduler.max_sequences = o.batch;
-  LLMEngine engine(model.weights, nullptr, eo);
-  const int threads = engine.runner().n_threads();
-  std::mt19937 rng(42);
+  return eo;
+}
 
+// One decode repetition, with --probe's read bandwidth measured just before it (the machine's
+// bandwidth drifts, so each repetition is set against its own figure).
+void measure_decode(const BenchOptions& o, LLMEngine& engine, std::mt19937& rng, BenchRun& run) {
+  if (run.probe) {
+    // Median of 3 passes: one pass is ~40 ms and single passes swing.
+    std::vector<double> passes;
+    for (int i = 0; i < 3; ++i) passes.push_back(run.probe->measure(run.threads));
+    run.probe_gbps.push_back(summarize(passes).median);
+  }
+  run.tg.push_back(static_cast<double>(o.batch * o.gen_tokens) /
+                   time_decode(engine, o.batch, o.gen_tokens, o.decode_context, rng));
+  if (run.probe) {
+    // A decode step reads every matrix once for the whole batch.
+    const double step_gbps =
+        run.tg.back() / static_cast<double>(o.batch) * static_cast<double>(run.matrix_bytes) / 1e9;
+    run.decode_fraction.push_back(step_gbps / run.probe_gbps.back());
+  }
+}
+
+BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngineOptions& eo) {
+  LLMEngine engine(model.weights, nullptr, eo);
+  BenchRun run;
+  run.threads = engine.runner().n_threads();
+  run.matrix_bytes = model.weights.matrix_bytes();
+  std::mt19937 rng(42);
   // Warm-up: touch every weight page and the KV pool once.
   time_prefill(engine, std::min<int64_t>(16, engine.max_request_tokens() - 1), rng);
   if (o.gen_tokens > 0) time_decode(engine, o.batch, std::min<int64_t>(4, o.gen_tokens), 0, rng);
-
-  // --probe: the read-bandwidth ceiling, measured just before each decode repetition (the machine's
-  // bandwidth drifts, so each repetition is set against its own figure). Its pages are those most
-  // of the weights sit in: 2 MiB when ember copied them at load, else the file's 4 KiB.
-  std::unique_ptr<BandwidthProbe> probe;
-  const int64_t matrix_bytes = model.weights.matrix_bytes();
+  // --probe runs in the pages most of the weights sit in: 2 MiB when ember copied them at load,
+  // else the file's 4 KiB.
   if (o.probe && o.gen_tokens > 0) {
-    const bool huge = 2 * model.weights.copied_matrix_bytes() > matrix_bytes;  // mostly copied
-    probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.probe_mb) << 20, huge);
-    probe->measure(threads);  // warm-up pass
+    const bool huge = 2 * model.weights.copied_matrix_bytes() > run.matrix_bytes;
+    run.probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.probe_mb) << 20, huge);
+    run.probe->measure(run.threads);  // warm-up pass
   }
-  std::vector<double> pp, tg, probe_gbps, decode_fraction;
   for (int r = 0; r < o.repetitions; ++r) {
     if (o.prompt_tokens > 0)
-      pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
-    if (o.gen_tokens > 0) {
-      if (probe) {
-        // Median of 3 passes: one pass is ~40 ms and single passes swing.
-        std::vector<double> passes;
-        for (int i = 0; i < 3; ++i) passes.push_back(probe->measure(threads));
-        probe_gbps.push_back(summarize(passes).median);
-      }
-      tg.push_back(static_cast<double>(o.batch * o.gen_tokens) /
-                   time_decode(engine, o.batch, o.gen_tokens, o.decode_context, rng));
-      if (probe) {
-        // A decode step reads every matrix once for the whole batch.
-        const double step_gbps =
-            tg.back() / static_cast<double>(o.batch) * static_cast<double>(matrix_bytes) / 1e9;
-        decode_fraction.push_back(step_gbps / probe_gbps.back());
-      }
-    }
+      run.pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
+    if (o.gen_tokens > 0) measure_decode(o, engine, rng, run);
   }
-  Summary pps = summarize(pp), tgs = summarize(tg);
-  Summary probes = summarize(probe_gbps), fractions = summarize(decode_fraction);
-  const size_t probe_huge_bytes = probe ? huge_page_backed_bytes(probe->data(), probe->bytes()) : 0;
-  const int64_t copied_bytes = model.weights.copied_matrix_bytes();
-  const BackendInfo backend = model.weights.backend->info();
-  const auto huge_weight_bytes = static_cast<size_t>(backend.weight_bytes_huge_pages);
-  const double decode_gbps =
-      tgs.median / static_cast<double>(o.batch) * static_cast<double>(matrix_bytes) / 1e9;
-  PrefixResult prefix;
-  if (o.prefix_tokens > 0) prefix = time_prefix_hit(model.weights, eo, o.prefix_tokens, rng);
-  const ModelConfig& c = model.weights.config;
-  const double weight_mb = static_cast<double>(matrix_bytes) / 1e6;
-  // How the layer matrices sit in memory: q8_0/q4_0 are interleaved at load unless --no-interleave.
-  const bool interleaved = !model.weights.layers.empty() &&
-                           model.weights.layers[0].wq.layout == WeightLayout::Interleaved8;
-  const char* layout = interleaved ? "interleaved8" : "rows";
+  if (o.prefix_tokens > 0) run.prefix = time_prefix_hit(model.weights, eo, o.prefix_tokens, rng);
+  run.copied_bytes = model.weights.copied_matrix_bytes();
+  run.backend = model.weights.backend->info();
+  run.interleaved = !model.weights.layers.empty() &&
+                    model.weights.layers[0].wq.layout == WeightLayout::Interleaved8;
+  return run;
+}
 
-  if (o.json) {
-    nlohmann::ordered_json j;
-    j["model"] = model.checkpoint.path;
-    j["dtype"] = dtype_name(model.weights.matrix_dtype());
-    j["layout"] = layout;
-    j["kv_dtype"] = dtype_name(eo.engine.kv_dtype);
-    j["backend"] = backend.name;
-    j["isa"] = backend.kernels;
-    j["threads"] = threads;
-    j["batch"] = o.batch;
-    j["repetitions"] = o.repetitions;
-    j["load_seconds"] = model.load_seconds;
-    j["matrix_bytes"] = matrix_bytes;
-    j["matrix_bytes_copied"] = copied_bytes;
-    j["weight_bytes_in_huge_pages"] = huge_weight_bytes;
-    j["transparent_huge_pages"] = transparent_huge_pages_mode();
-    j["n_params_layers"] = c.n_layers;
-    if (!pp.empty())
-      j["pp"] = {{"tokens", o.prompt_tokens},
-                 {"tok_per_s", pps.median},
-                 {"min", pps.min},
-                 {"max", pps.max},
-                 {"runs", pp}};
-    if (!tg.empty())
-      j["tg"] = {{"tokens", o.gen_tokens},
-                 {"tok_per_s", tgs.median},
-                 {"min", tgs.min},
-                 {"max", tgs.max},
-                 {"runs", tg}};
-    if (probe) {
-      j["bandwidth"] = {{"probe_pages", probe->huge_pages() ? "2MiB" : "4KiB"},
-                        {"probe_bytes_in_huge_pages", probe_huge_bytes},
-                        {"probe_gbps", probe_gbps},
-                        {"probe_gbps_median", probes.median},
-                        {"decode_weight_gbps_median", decode_gbps},
-                        {"fraction_of_probe", decode_fraction},
-                        {"fraction_of_probe_median", fractions.median}};
-    }
-    if (o.prefix_tokens > 0) {
-      j["prefix_cache"] = {{"prompt_tokens", o.prefix_tokens},
-                           {"cached_tokens", prefix.cached},
-                           {"ttft_cold_s", prefix.cold},
-                           {"ttft_warm_s", prefix.warm},
-                           {"warm_over_cold", prefix.warm / prefix.cold}};
-    }
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+double decode_weight_gbps(const BenchOptions& o, const BenchRun& run) {
+  return summarize(run.tg).median / static_cast<double>(o.batch) *
+         static_cast<double>(run.matrix_bytes) / 1e9;
+}
+
+void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngineOptions& eo,
+                const BenchRun& run) {
+  nlohmann::ordered_json j;
+  j["model"] = model.checkpoint.path;
+  j["dtype"] = dtype_name(model.weights.matrix_dtype());
+  j["layout"] = run.interleaved ? "interleaved8" : "rows";
+  j["kv_dtype"] = dtype_name(eo.engine.kv_dtype);
+  j["backend"] = run.backend.name;
+  j["isa"] = run.backend.kernels;
+  j["threads"] = run.threads;
+  j["batch"] = o.batch;
+  j["repetitions"] = o.repetitions;
+  j["load_seconds"] = model.load_seconds;
+  j["matrix_bytes"] = run.matrix_bytes;
+  j["matrix_bytes_copied"] = run.copied_bytes;
+  j["weight_bytes_in_huge_pages"] = run.backend.weight_bytes_huge_pages;
+  j["transparent_huge_pages"] = transparent_huge_pages_mode();
+  j["n_params_layers"] = model.weights.config.n_layers;
+  auto series = [](int64_t tokens, const std::vector<double>& v) {
+    const Summary s = summarize(v);
+    return nlohmann::ordered_json{
+        {"tokens", tokens}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"runs", v}};
+  };
+  if (!run.pp.empty()) j["pp"] = series(o.prompt_tokens, run.pp);
+  if (!run.tg.empty()) j["tg"] = series(o.gen_tokens, run.tg);
+  if (run.probe) {
+    j["bandwidth"] = {{"probe_pages", run.probe->huge_pages() ? "2MiB" : "4KiB"},
+                      {"probe_bytes_in_huge_pages",
+                       huge_page_backed_bytes(run.probe->data(), run.probe->bytes())},
+                      {"probe_gbps", run.probe_gbps},
+                      {"probe_gbps_median", summarize(run.probe_gbps).median},
+                      {"decode_weight_gbps_median", decode_weight_gbps(o, run)},
+                      {"fraction_of_probe", run.decode_fraction},
+                      {"fraction_of_probe_median", summarize(run.decode_fraction).median}};
   }
+  if (o.prefix_tokens > 0) {
+    const PrefixResult& p = run.prefix;
+    j["prefix_cache"] = {{"prompt_tokens", o.prefix_tokens},
+                         {"cached_tokens", p.cached},
+                         {"ttft_cold_s", p.cold},
+                         {"ttft_warm_s", p.warm},
+                         {"warm_over_cold", p.warm / p.cold}};
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+void print_probe_line(const BenchRun& run, double decode_gbps) {
+  const Summary probes = summarize(run.probe_gbps), fractions = summarize(run.decode_fraction);
+  const size_t probe_huge_bytes = huge_page_backed_bytes(run.probe->data(), run.probe->bytes());
+  std::printf(
+      "decode reads %.1f MB of weights per step: %.1f GB/s; read-bandwidth probe (%s pages, "
+      "just before each repetition) %.1f GB/s (%.1f .. %.1f); decode / probe %.0f%% (%.0f%% .. "
+      "%.0f%%), median of %zu repetitions\n",
+      static_cast<double>(run.matrix_bytes) / 1e6, decode_gbps,
+      run.probe->huge_pages() ? (probe_huge_bytes == run.probe->bytes() ? "2 MiB" : "partly 2 MiB")
+                              : "4 KiB",
+      probes.median, probes.min, probes.max, 100 * fractions.median, 100 * fractions.min,
+      100 * fractions.max, run.decode_fraction.size());
+}
+
+void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngineOptions& eo,
+                const BenchRun& run) {
   std::printf(
       "model %s: %s%s, %.1f MB of matrices, %s KV cache, %s backend, isa %s, %d threads, ready in "
       "%.3f s\n",
       model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
-      interleaved ? " interleaved" : "", weight_mb, dtype_name(eo.engine.kv_dtype),
-      backend.name.c_str(), backend.kernels.c_str(), threads, model.load_seconds);
+      run.interleaved ? " interleaved" : "", static_cast<double>(run.matrix_bytes) / 1e6,
+      dtype_name(eo.engine.kv_dtype), run.backend.name.c_str(), run.backend.kernels.c_str(),
+      run.threads, model.load_seconds);
   // Where decode reads the weights from: the file mapping (4 KiB pages) or ember's own copy.
   std::printf(
       "weights: %.1f MB read in place from the file, %.1f MB copied at load (their memory: %.1f MB "
-      "in "
-      "2 MiB pages; transparent huge pages: %s)\n",
-      static_cast<double>(matrix_bytes - copied_bytes) / 1e6,
-      static_cast<double>(copied_bytes) / 1e6, static_cast<double>(huge_weight_bytes) / 1e6,
+      "in 2 MiB pages; transparent huge pages: %s)\n",
+      static_cast<double>(run.matrix_bytes - run.copied_bytes) / 1e6,
+      static_cast<double>(run.copied_bytes) / 1e6,
+      static_cast<double>(run.backend.weight_bytes_huge_pages) / 1e6,
       transparent_huge_pages_mode().c_str());
   std::printf("| %-8s | %5s | %12s | %21s |\n", "test", "batch", "tok/s (med)", "min .. max");
-  if (!pp.empty()) {
+  if (!run.pp.empty()) {
+    const Summary pps = summarize(run.pp);
     std::printf("| pp%-6lld | %5d | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.prompt_tokens, 1,
                 pps.median, pps.min, pps.max);
   }
-  if (!tg.empty()) {
+  if (!run.tg.empty()) {
+    const Summary tgs = summarize(run.tg);
     std::printf("| tg%-6lld | %5lld | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.gen_tokens,
                 (long long)o.batch, tgs.median, tgs.min, tgs.max);
   }
-  if (probe) {
-    std::printf(
-        "decode reads %.1f MB of weights per step: %.1f GB/s; read-bandwidth probe (%s pages, "
-        "just before each repetition) %.1f GB/s (%.1f .. %.1f); decode / probe %.0f%% (%.0f%% .. "
-        "%.0f%%), median of %zu repetitions\n",
-        static_cast<double>(matrix_bytes) / 1e6, decode_gbps,
-        probe->huge_pages() ? (probe_huge_bytes == probe->bytes() ? "2 MiB" : "partly 2 MiB")
-                            : "4 KiB",
-        probes.median, probes.min, probes.max, 100 * fractions.median, 100 * fractions.min,
-        100 * fractions.max, decode_fraction.size());
-  }
+  if (run.probe) print_probe_line(run, decode_weight_gbps(o, run));
   if (o.prefix_tokens > 0) {
+    const PrefixResult& p = run.prefix;
     std::printf(
         "prefix cache: %lld-token prompt, TTFT cold %.1f ms, warm %.1f ms (%lld tokens cached), "
         "warm/cold %.3f\n",
-        (long long)o.prefix_tokens, prefix.cold * 1e3, prefix.warm * 1e3, (long long)prefix.cached,
-        prefix.warm / prefix.cold);
+        (long long)o.prefix_tokens, p.cold * 1e3, p.warm * 1e3, (long long)p.cached,
+        p.warm / p.cold);
+  }
+}
+
+int bench_command(const BenchOptions& o) {
+  if (o.prompt_tokens < 0 || o.gen_tokens < 0 || o.batch < 1 || o.repetitions < 1) {
+    throw Error(ErrorKind::InvalidArgument, "bench: -p and -n must be >= 0, --batch and -r >= 1");
+  }
+  if (o.probe_mb < 1) throw Error(ErrorKind::InvalidArgument, "bench: --probe-mb must be >= 1");
+  LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
+  const LLMEngineOptions eo = bench_engine_options(o);
+  const BenchRun run = measure(o, model, eo);
+  if (o.json) {
+    print_json(o, model, eo, run);
+  } else {
+    print_text(o, model, eo, run);
   }
   return 0;
 }
