@@ -130,6 +130,11 @@ class Backend {
   // (block_table[pos / block_size], slot pos % block_size) of `layer`.
   virtual void store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
                         const Batch& batch) = 0;
+  // rope() on Q (n_heads) and K (the cache's n_kv_heads), then store_kv(): one op so that a
+  // backend can run it as one pass over the tokens (the cpu backend: one parallel region).
+  virtual void rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k, const float* v,
+                             int64_t n_heads, int64_t rope_dim, const float* inv_freq,
+                             const Batch& batch) = 0;
   // Causal attention of each token over its sequence's positions [0, position] of `layer`, read
   // through the block tables: q/out [T, n_heads * head_dim]. GQA: query head h reads kv head
   // h / (n_heads / n_kv_heads).

@@ -42,6 +42,21 @@ std::string model_id_for(const std::string& path) {
   return stem.empty() ? "ember" : stem;
 }
 
+// The startup line: what is served and with how much cache.
+void print_startup(const LoadedModel& model, const AsyncEngine& engine,
+                   const AsyncEngineOptions& so, const ChatTemplate& chat) {
+  std::fprintf(stderr,
+               "[ember] model %s (%s), %d threads, context %lld, %lld %s KV blocks of %lld, "
+               "prefix cache %s, chat template %s\n",
+               model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
+               engine.engine().runner().n_threads(),
+               static_cast<long long>(engine.engine().max_context()),
+               static_cast<long long>(engine.engine().kv().n_blocks()),
+               dtype_name(so.engine.engine.kv_dtype),
+               static_cast<long long>(engine.engine().kv().block_size()),
+               so.engine.engine.prefix_caching ? "on" : "off", chat.name());
+}
+
 int serve_command(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) throw Error("--port must be between 0 and 65535");
   if (o.max_seqs < 1) throw Error("--max-seqs must be at least 1");
@@ -107,16 +122,7 @@ int serve_command(const ServeOptions& o) {
     if (stopper) stopper->join();
   });
 
-  std::fprintf(stderr,
-               "[ember] model %s (%s), %d threads, context %lld, %lld %s KV blocks of %lld, "
-               "prefix cache %s, chat template %s\n",
-               model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
-               engine.engine().runner().n_threads(),
-               static_cast<long long>(engine.engine().max_context()),
-               static_cast<long long>(engine.engine().kv().n_blocks()),
-               dtype_name(so.engine.engine.kv_dtype),
-               static_cast<long long>(engine.engine().kv().block_size()),
-               so.engine.engine.prefix_caching ? "on" : "off", chat.name());
+  print_startup(model, engine, so, chat);
   std::fprintf(stderr, "listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
   http.serve();  // returns once shutdown() has stopped the listener

@@ -50,9 +50,8 @@ void LlamaModel::attention_block(int64_t layer, const LayerWeights& lw, const Ba
     backend_.add_bias(k_.data(), lw.bk, T, c.kv_dim());
     backend_.add_bias(v_.data(), lw.bv, T, c.kv_dim());
   }
-  backend_.rope(q_.data(), c.n_heads, c.head_dim, c.rope_dim, weights_.rope_inv_freq, batch);
-  backend_.rope(k_.data(), c.n_kv_heads, c.head_dim, c.rope_dim, weights_.rope_inv_freq, batch);
-  backend_.store_kv(kv, layer, k_.data(), v_.data(), batch);
+  backend_.rope_store_kv(kv, layer, q_.data(), k_.data(), v_.data(), c.n_heads, c.rope_dim,
+                         weights_.rope_inv_freq, batch);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   backend_.attention(kv, layer, q_.data(), c.n_heads, scale, batch, attn_.data());
   backend_.matmul(attn_.data(), T, {&lw.wo}, {tmp_.data()});

@@ -164,6 +164,78 @@ void get_prompt(const json& body, ApiRequest& req) {
   }
 }
 
+// max_completion_tokens is the newer name; either may be given.
+std::optional<int64_t> get_max_tokens(const json& body) {
+  std::optional<int64_t> max_tokens = get_int(body, "max_completion_tokens");
+  const char* max_param = "max_completion_tokens";
+  if (!max_tokens) {
+    max_tokens = get_int(body, "max_tokens");
+    max_param = "max_tokens";
+  }
+  if (max_tokens && *max_tokens < 1) {
+    throw Error::invalid_request(
+        max_param,
+        std::string("'") + max_param + "' must be at least 1, got " + std::to_string(*max_tokens));
+  }
+  return max_tokens;
+}
+
+SamplingParams get_sampling(const json& body) {
+  SamplingParams p;
+  // OpenAI's defaults: temperature 1, nucleus off; ember's extra knobs off unless asked for.
+  p.temperature = static_cast<float>(get_number(body, "temperature", 0, 2).value_or(1.0));
+  p.top_p = static_cast<float>(get_number(body, "top_p", 0, 1).value_or(1.0));
+  p.min_p = static_cast<float>(get_number(body, "min_p", 0, 1).value_or(0.0));
+  p.top_k = 0;
+  if (auto k = get_int(body, "top_k")) {
+    if (*k > std::numeric_limits<int32_t>::max()) {
+      throw Error::invalid_request("top_k", "'top_k' is too large");
+    }
+    p.top_k = *k > 0 ? static_cast<int32_t>(*k) : 0;  // -1 / 0: off
+  }
+  p.repeat_penalty = 1.0f;
+  if (auto r = get_number(body, "repetition_penalty", 0.01, 10)) {
+    p.repeat_penalty = static_cast<float>(*r);
+  }
+  if (auto seed = get_int(body, "seed")) {
+    p.seed = static_cast<uint64_t>(*seed);
+  } else {
+    p.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }
+  p.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2, 2).value_or(0));
+  p.frequency_penalty =
+      static_cast<float>(get_number(body, "frequency_penalty", -2, 2).value_or(0));
+  return p;
+}
+
+// Completions: logprobs N; chat: logprobs true (+ top_logprobs N).
+void get_logprobs(Endpoint endpoint, const json& body, ApiRequest& req) {
+  GenerationRequest& g = req.generation;
+  if (endpoint == Endpoint::Completions) {
+    if (const json* lp = field(body, "logprobs"); lp != nullptr && lp->is_boolean()) {
+      throw Error::invalid_request("logprobs", "'logprobs' must be an integer for completions");
+    }
+    if (auto lp = get_int(body, "logprobs")) {
+      if (*lp < 0 || *lp > 20) {
+        throw Error::invalid_request("logprobs", "'logprobs' must be between 0 and 20");
+      }
+      g.logprobs = static_cast<int32_t>(*lp);
+    }
+  } else {
+    req.chat_logprobs = get_bool(body, "logprobs", false);
+    if (auto top = get_int(body, "top_logprobs")) {
+      if (*top < 0 || *top > 20) {
+        throw Error::invalid_request("top_logprobs", "'top_logprobs' must be between 0 and 20");
+      }
+      if (!req.chat_logprobs) {
+        throw Error::invalid_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      }
+      req.top_logprobs = static_cast<int32_t>(*top);
+    }
+    if (req.chat_logprobs) g.logprobs = req.top_logprobs;
+  }
+}
+
 ApiRequest parse_object(Endpoint endpoint, const json& body) {
   ApiRequest req;
   req.endpoint = endpoint;
@@ -193,72 +265,13 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
     req.include_usage = get_bool(*so, "include_usage", false);
   }
 
-  // max_completion_tokens is the newer name; either may be given.
-  std::optional<int64_t> max_tokens = get_int(body, "max_completion_tokens");
-  const char* max_param = "max_completion_tokens";
-  if (!max_tokens) {
-    max_tokens = get_int(body, "max_tokens");
-    max_param = "max_tokens";
-  }
-  if (max_tokens && *max_tokens < 1) {
-    throw Error::invalid_request(
-        max_param,
-        std::string("'") + max_param + "' must be at least 1, got " + std::to_string(*max_tokens));
-  }
-  req.max_tokens = max_tokens;
-
+  req.max_tokens = get_max_tokens(body);
   GenerationRequest& g = req.generation;
-  // OpenAI's defaults: temperature 1, nucleus off; ember's extra knobs off unless asked for.
-  g.sampling.temperature = static_cast<float>(get_number(body, "temperature", 0, 2).value_or(1.0));
-  g.sampling.top_p = static_cast<float>(get_number(body, "top_p", 0, 1).value_or(1.0));
-  g.sampling.min_p = static_cast<float>(get_number(body, "min_p", 0, 1).value_or(0.0));
-  g.sampling.top_k = 0;
-  if (auto k = get_int(body, "top_k")) {
-    if (*k > std::numeric_limits<int32_t>::max()) {
-      throw Error::invalid_request("top_k", "'top_k' is too large");
-    }
-    g.sampling.top_k = *k > 0 ? static_cast<int32_t>(*k) : 0;  // -1 / 0: off
-  }
-  g.sampling.repeat_penalty = 1.0f;
-  if (auto r = get_number(body, "repetition_penalty", 0.01, 10)) {
-    g.sampling.repeat_penalty = static_cast<float>(*r);
-  }
-  if (auto seed = get_int(body, "seed")) {
-    g.sampling.seed = static_cast<uint64_t>(*seed);
-  } else {
-    g.sampling.seed =
-        (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-  }
-  g.sampling.presence_penalty =
-      static_cast<float>(get_number(body, "presence_penalty", -2, 2).value_or(0));
-  g.sampling.frequency_penalty =
-      static_cast<float>(get_number(body, "frequency_penalty", -2, 2).value_or(0));
+  g.sampling = get_sampling(body);
   g.stop = get_stop(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
 
-  if (endpoint == Endpoint::Completions) {
-    if (const json* lp = field(body, "logprobs"); lp != nullptr && lp->is_boolean()) {
-      throw Error::invalid_request("logprobs", "'logprobs' must be an integer for completions");
-    }
-    if (auto lp = get_int(body, "logprobs")) {
-      if (*lp < 0 || *lp > 20) {
-        throw Error::invalid_request("logprobs", "'logprobs' must be between 0 and 20");
-      }
-      g.logprobs = static_cast<int32_t>(*lp);
-    }
-  } else {
-    req.chat_logprobs = get_bool(body, "logprobs", false);
-    if (auto top = get_int(body, "top_logprobs")) {
-      if (*top < 0 || *top > 20) {
-        throw Error::invalid_request("top_logprobs", "'top_logprobs' must be between 0 and 20");
-      }
-      if (!req.chat_logprobs) {
-        throw Error::invalid_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-      }
-      req.top_logprobs = static_cast<int32_t>(*top);
-    }
-    if (req.chat_logprobs) g.logprobs = req.top_logprobs;
-  }
+  get_logprobs(endpoint, body, req);
   return req;
 }
 

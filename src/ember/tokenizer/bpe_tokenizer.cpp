@@ -82,6 +82,15 @@ std::string where(const std::string& source) {
 BpeTokenizer::~BpeTokenizer() = default;
 
 BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
+  validate_vocab();
+  build_index();
+  build_token_bytes();
+  build_merges();
+  build_added_tokens();
+  cache_ = std::make_unique<WordCache>();
+}
+
+void BpeTokenizer::validate_vocab() {
   const std::string src = where(vocab_.source);
   const size_t n = vocab_.tokens.size();
   if (n == 0) throw Error::in_file(ErrorKind::InvalidFile, src, "empty vocabulary");
@@ -100,7 +109,10 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
   vocab_.bos_id = valid_or_none(vocab_.bos_id);
   vocab_.eos_id = valid_or_none(vocab_.eos_id);
   vocab_.unk_id = valid_or_none(vocab_.unk_id);
+}
 
+void BpeTokenizer::build_index() {
+  const size_t n = vocab_.tokens.size();
   // Normal tokens own their spelling: if an added token shares it, merging still finds the
   // normal one (added tokens are reached through the splitter).
   index_.reserve(n);
@@ -112,7 +124,12 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
       it->second = id;
     }
   }
+}
 
+// Each token's text as bytes (byte-level vocabularies spell bytes as printable characters), and
+// the token of every single byte.
+void BpeTokenizer::build_token_bytes() {
+  const size_t n = vocab_.tokens.size();
   const bool byte_level = vocab_.pretokenizer.has_byte_level();
   bytes_.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -138,7 +155,10 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
   for (int b = 0; b < 256; ++b) {
     byte_ids_[b] = find_token(byte_level::byte_to_utf8(static_cast<uint8_t>(b)));
   }
+}
 
+void BpeTokenizer::build_merges() {
+  const std::string src = where(vocab_.source);
   merges_ = std::make_unique<MergeTable>(vocab_.merges.size());
   for (size_t rank = 0; rank < vocab_.merges.size(); ++rank) {
     const auto& [a, b] = vocab_.merges[rank];
@@ -154,7 +174,12 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
     }
     merges_->insert(left, right, static_cast<int32_t>(rank), merged);
   }
+}
 
+// Added tokens as given, else every control / unknown / user-defined token of the vocabulary.
+void BpeTokenizer::build_added_tokens() {
+  const std::string src = where(vocab_.source);
+  const size_t n = vocab_.tokens.size();
   std::vector<AddedToken> added = std::move(vocab_.added_tokens);
   vocab_.added_tokens.clear();
   if (added.empty()) {
@@ -178,7 +203,6 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab) : vocab_(std::move(vocab)) {
     }
   }
   added_ = AddedTokenSplitter(std::move(added));
-  cache_ = std::make_unique<WordCache>();
 }
 
 const std::string& BpeTokenizer::piece(int32_t id) const {

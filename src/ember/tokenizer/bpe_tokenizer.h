@@ -90,6 +90,12 @@ class BpeTokenizer : public Tokenizer {
   const AddedTokenSplitter& added_tokens() const { return added_; }
 
  private:
+  // The constructor's steps, in order.
+  void validate_vocab();
+  void build_index();
+  void build_token_bytes();
+  void build_merges();
+  void build_added_tokens();
   struct MergeTable;  // (left id, right id) -> (rank, merged id)
   struct WordCache;
 

@@ -102,23 +102,40 @@ void CpuBackend::rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_
   });
 }
 
-void CpuBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
-                          const Batch& batch) {
+void CpuBackend::store_rows(KvStorage& kv, int64_t layer, const float* k, const float* v,
+                            const Batch& batch, int64_t b, int64_t e) {
   auto& cache = static_cast<HostKvStorage&>(kv);
   const KvShape& s = cache.shape();
   const int64_t kvd = s.n_kv_heads * s.head_dim;
-  for_token_rows(batch.size(), [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const int64_t pos = batch.positions[t];
-      const int32_t block = batch.sequences[static_cast<size_t>(batch.sequence_of[t])]
-                                .block_table[pos / s.block_size];
-      for (int64_t g = 0; g < s.n_kv_heads; ++g) {
-        const int64_t off = cache.row_offset(block, pos % s.block_size, g);
-        const int64_t src = t * kvd + g * s.head_dim;
-        cpu::store_kv(k + src, s.head_dim, s.dtype, cache.k_at(layer, off));
-        cpu::store_kv(v + src, s.head_dim, s.dtype, cache.v_at(layer, off));
-      }
+  for (int64_t t = b; t < e; ++t) {
+    const int64_t pos = batch.positions[t];
+    const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
+    const int32_t block = seq.block_table[pos / s.block_size];
+    for (int64_t g = 0; g < s.n_kv_heads; ++g) {
+      const int64_t off = cache.row_offset(block, pos % s.block_size, g);
+      const int64_t src = t * kvd + g * s.head_dim;
+      cpu::store_kv(k + src, s.head_dim, s.dtype, cache.k_at(layer, off));
+      cpu::store_kv(v + src, s.head_dim, s.dtype, cache.v_at(layer, off));
     }
+  }
+}
+
+void CpuBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
+                          const Batch& batch) {
+  for_token_rows(batch.size(),
+                 [&](int64_t b, int64_t e) { store_rows(kv, layer, k, v, batch, b, e); });
+}
+
+void CpuBackend::rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k, const float* v,
+                               int64_t n_heads, int64_t rope_dim, const float* inv_freq,
+                               const Batch& batch) {
+  const KvShape& s = kv.shape();
+  const int64_t qd = n_heads * s.head_dim, kvd = s.n_kv_heads * s.head_dim;
+  for_token_rows(batch.size(), [&](int64_t b, int64_t e) {
+    const int32_t* positions = batch.positions.data() + b;
+    cpu::rope(q + b * qd, e - b, n_heads, s.head_dim, rope_dim, positions, inv_freq);
+    cpu::rope(k + b * kvd, e - b, s.n_kv_heads, s.head_dim, rope_dim, positions, inv_freq);
+    store_rows(kv, layer, k, v, batch, b, e);
   });
 }
 

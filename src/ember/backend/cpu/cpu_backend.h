@@ -39,6 +39,9 @@ class CpuBackend : public Backend {
             const Batch& batch) override;
   void store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
                 const Batch& batch) override;
+  void rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k, const float* v,
+                     int64_t n_heads, int64_t rope_dim, const float* inv_freq,
+                     const Batch& batch) override;
   void attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads, float scale,
                  const Batch& batch, float* out) override;
   void silu_mul(const float* gate, const float* up, float* out, int64_t rows, int64_t n) override;
@@ -61,6 +64,9 @@ class CpuBackend : public Backend {
     threads_.parallel_for(
         T, [&](int64_t b, int64_t e, int) { fn(b, e); }, grain);
   }
+  // K and V rows of tokens [b, e) into their cache slots.
+  void store_rows(KvStorage& kv, int64_t layer, const float* k, const float* v, const Batch& batch,
+                  int64_t b, int64_t e);
   // Activations in the layouts the matrices' kernels read (prepared once per shared input).
   void prepare_inputs(const float* x, int64_t T, std::span<const WeightMatrix* const> ws);
   void matmul_token_groups(int64_t T, std::span<const WeightMatrix* const> ws,

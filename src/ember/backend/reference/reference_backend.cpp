@@ -125,6 +125,15 @@ void ReferenceBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, co
   }
 }
 
+void ReferenceBackend::rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k,
+                                     const float* v, int64_t n_heads, int64_t rope_dim,
+                                     const float* inv_freq, const Batch& batch) {
+  const KvShape& s = kv.shape();
+  rope(q, n_heads, s.head_dim, rope_dim, inv_freq, batch);
+  rope(k, s.n_kv_heads, s.head_dim, rope_dim, inv_freq, batch);
+  store_kv(kv, layer, k, v, batch);
+}
+
 void ReferenceBackend::attention(const KvStorage& kv, int64_t layer, const float* q,
                                  int64_t n_heads, float scale, const Batch& batch, float* out) {
   const auto& cache = static_cast<const cpu::HostKvStorage&>(kv);

@@ -34,6 +34,9 @@ class ReferenceBackend : public Backend {
             const Batch& batch) override;
   void store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
                 const Batch& batch) override;
+  void rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k, const float* v,
+                     int64_t n_heads, int64_t rope_dim, const float* inv_freq,
+                     const Batch& batch) override;
   void attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads, float scale,
                  const Batch& batch, float* out) override;
   void silu_mul(const float* gate, const float* up, float* out, int64_t rows, int64_t n) override;
