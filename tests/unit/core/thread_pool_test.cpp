@@ -49,7 +49,11 @@ TEST(ThreadPool, ChunksShrinkToOneGrainAsTheJobDrains) {
     EXPECT_EQ(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}), n);
     EXPECT_LE(*std::max_element(sizes.begin(), sizes.end()), n / 4);
     EXPECT_EQ(*std::min_element(sizes.begin(), sizes.end()), grain);
-    EXPECT_LT(sizes.size(), 40u) << "few grabs of the shared counter";
+    // Each owner's 500 grains shrink by 3/4 per grab: at most ~22 grabs to reach one grain, so
+    // ~44 for two owners that never steal; steals halve a remainder and only cut that down. 40
+    // (the old bound) failed under ASan on a loaded 2-core VM (46 grabs); a shared counter handing
+    // out single grains would take 1000.
+    EXPECT_LT(sizes.size(), 64u) << "few grabs: pieces shrink geometrically";
   }
 }
 
