@@ -82,7 +82,7 @@ TEST(CliErrors, ConfigMissingFieldAndUnknownDtype) {
                        "num_hidden_layers");
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
-  expect_clean_failure("run -m " + test::shell_quote(model.string()) + " --dtype q3_k", "q3_k");
+  expect_clean_failure("run -m " + test::shell_quote(model.string()) + " --dtype q9_k", "q9_k");
 }
 
 TEST(CliErrors, SafetensorsOffsetsPastTheEnd) {

@@ -45,7 +45,9 @@ void ModelOptions::add_to(CLI::App& app, unsigned sets) {
                  "Tokenizer file (llama2.c tokenizer.bin) overriding the one beside the model");
   app.add_option(
       "--dtype", dtype,
-      "Weight dtype for matrices: f32, f16, bf16, q8_0, q4_0 (default: as stored; --dummy: bf16)");
+      "Weight dtype for matrices, converted or quantized at load: f32, f16, bf16, q8_0, q4_0, "
+      "q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs (default: as stored; "
+      "--dummy: bf16)");
   app.add_flag("--dummy", dummy,
                "Seeded random weights from the config alone (no weight files read)");
   app.add_option("--dummy-seed", dummy_seed, "Seed of --dummy weights")->capture_default_str();
@@ -69,9 +71,11 @@ DType ModelOptions::parsed_kv_dtype() const {
 std::optional<DType> ModelOptions::parsed_dtype() const {
   if (dtype.empty()) return std::nullopt;
   auto d = dtype_from_name(dtype);
-  if (!d) {
+  if (!d || *d == DType::Q8_1 || *d == DType::Q8_K) {
     throw Error::invalid_request(
-        "--dtype", "unknown --dtype '" + dtype + "' (expected f32, f16, bf16, q8_0 or q4_0)");
+        "--dtype", "unknown --dtype '" + dtype +
+                       "' (expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, "
+                       "q4_k, q5_k, q6_k, iq4_nl or iq4_xs)");
   }
   return d;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ember/core/error.h"
 #include "ember/core/half.h"
 
 namespace ember {
@@ -80,42 +81,17 @@ void convert_row(const float* x, DType dtype, void* out, int64_t n) {
       dtype_row_bytes(dtype, n);
       quantize_row_q4_0(x, static_cast<BlockQ4_0*>(out), n);
       break;
+    default:
+      dtype_row_bytes(dtype, n);
+      quantize_row_blocks(x, dtype, out, n);
+      break;
   }
 }
 
-void dequantize_row(DType dtype, const void* row, float* out, int64_t n) {
-  const auto* base = static_cast<const uint8_t*>(row);
-  auto half_at = [&](int64_t i) {
-    uint16_t h;
-    std::memcpy(&h, base + 2 * i, 2);
-    return h;
-  };
-  switch (dtype) {
-    case DType::F32:
-      std::memcpy(out, row, static_cast<size_t>(n) * sizeof(float));
-      break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(half_at(i));
-      break;
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(half_at(i));
-      break;
-    case DType::Q8_0:
-      for (int64_t i = 0; i < n; ++i) {
-        const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[i / kQuantBlock];
-        out[i] = f16_to_f32(b.d) * static_cast<float>(b.qs[i % kQuantBlock]);
-      }
-      break;
-    case DType::Q4_0:
-      for (int64_t i = 0; i < n; ++i) {
-        const BlockQ4_0& b = static_cast<const BlockQ4_0*>(row)[i / kQuantBlock];
-        const int j = static_cast<int>(i % kQuantBlock);
-        // Byte j holds value j (low nibble) and value j + 16 (high nibble).
-        const int nibble = j < 16 ? (b.qs[j] & 0x0f) : (b.qs[j - 16] >> 4);
-        out[i] = f16_to_f32(b.d) * static_cast<float>(nibble - 8);
-      }
-      break;
-  }
+// Filled in by the quantizers of the other block types (quantize_*.cpp); until then they refuse.
+void quantize_row_blocks(const float*, DType dtype, void*, int64_t) {
+  throw Error(ErrorKind::Unsupported,
+              std::string("quantizing to ") + dtype_name(dtype) + " is not implemented");
 }
 
 }  // namespace ember

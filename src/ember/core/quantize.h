@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "ember/core/dequantize.h"
 #include "ember/core/dtype.h"
 
 namespace ember {
@@ -16,7 +17,7 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* out, int64_t n);
 // Writes n floats as `dtype` (f32 copy, f16/bf16 round-to-nearest-even, q8_0/q4_0 blocks) into
 // `out`, which must hold dtype_row_bytes(dtype, n) bytes.
 void convert_row(const float* x, DType dtype, void* out, int64_t n);
-// The inverse: n values of a `dtype` row (dtype_row_bytes(dtype, n) bytes at `row`) as float32.
-void dequantize_row(DType dtype, const void* row, float* out, int64_t n);
+// The other block types (quant_blocks.h): n a multiple of the type's block.
+void quantize_row_blocks(const float* x, DType dtype, void* out, int64_t n);
 
 }  // namespace ember

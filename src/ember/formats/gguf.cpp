@@ -178,23 +178,6 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, const st
   return v;
 }
 
-std::optional<DType> dtype_for_ggml(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case 0:
-      return DType::F32;
-    case 1:
-      return DType::F16;
-    case 2:
-      return DType::Q4_0;
-    case 8:
-      return DType::Q8_0;
-    case 30:
-      return DType::BF16;
-    default:
-      return std::nullopt;
-  }
-}
-
 // a * b, or nullopt on int64 overflow.
 std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
   int64_t out;
@@ -261,6 +244,23 @@ const char* gguf_type_name(GgufType type) {
       return "float64";
   }
   return "unknown";
+}
+
+namespace {
+// ggml type id of each DType, in DType order.
+constexpr uint32_t kGgmlIds[] = {0, 1, 30, 8, 2, 3, 6, 7, 9, 10, 11, 12, 13, 14, 15, 20, 23};
+static_assert(std::size(kGgmlIds) == std::size(kAllDTypes));
+}  // namespace
+
+std::optional<DType> dtype_for_ggml(uint32_t ggml_type) {
+  for (size_t i = 0; i < std::size(kGgmlIds); ++i) {
+    if (kGgmlIds[i] == ggml_type) return kAllDTypes[i];
+  }
+  return std::nullopt;
+}
+
+uint32_t ggml_type_of(DType dtype) {
+  return kGgmlIds[static_cast<size_t>(dtype)];
 }
 
 std::string ggml_type_name(uint32_t ggml_type) {
@@ -494,7 +494,8 @@ GgufTensorInfo read_tensor_info(Reader& r, uint64_t i, uint64_t alignment, uint6
     throw Error::in_tensor(ErrorKind::Unsupported, path, info.name,
                            "unsupported tensor type " + ggml_type_name(info.ggml_type) +
                                " for tensor " + info.name +
-                               " (ember reads F32, F16, BF16, Q8_0 and Q4_0 GGUF tensors)");
+                               " (ember reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, "
+                               "Q2_K..Q8_K, IQ4_NL and IQ4_XS; not the IQ1-IQ3 or TQ types)");
   }
   info.dtype = *dtype;
   // ne[0] is the innermost (contiguous) dimension; ember shapes are outermost first.

@@ -99,5 +99,8 @@ class GgufFile {
 
 // Name of a ggml tensor type id ("F32", "Q4_K", ...) or "type N" when unknown.
 std::string ggml_type_name(uint32_t ggml_type);
+// The ember dtype of a ggml type id (nullopt: a type ember does not read), and back.
+std::optional<DType> dtype_for_ggml(uint32_t ggml_type);
+uint32_t ggml_type_of(DType dtype);
 
 }  // namespace ember

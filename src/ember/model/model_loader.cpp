@@ -71,11 +71,10 @@ class WeightBuilder {
     if (ckpt_.format == CheckpointFormat::ConfigOnly) return random_matrix(expected);
     const TensorView& src = find(expected).view;
     DType target = dtype_.value_or(src.dtype);
-    // Quantized blocks span 32 inputs; a matrix whose rows are not a multiple of that (e.g.
-    // stories260K's d_ffn = 172) stays in its float dtype, as llama.cpp's quantizer does.
-    if (dtype_is_quantized(target) && cols % kQuantBlock != 0) {
-      target = dtype_is_quantized(src.dtype) ? DType::F32 : src.dtype;
-    }
+    // Quantized blocks span 32 or 256 inputs; a matrix whose rows do not fit (e.g. stories260K's
+    // d_ffn = 172) takes llama.cpp's fallback type, or stays in its float dtype.
+    target =
+        dtype_fitting_row(target, cols, dtype_is_quantized(src.dtype) ? DType::F32 : src.dtype);
     const WeightMatrix source{src.dtype, src.data, rows, cols, dtype_row_bytes(src.dtype, cols)};
     const bool permute = permute_qk && ckpt_.qk_rows_interleaved;
     if (target == src.dtype && !permute) {
@@ -121,7 +120,7 @@ class WeightBuilder {
   WeightMatrix random_matrix(const ExpectedTensor& expected) {
     const int64_t rows = expected.shape[0], cols = expected.shape[1];
     DType target = dtype_.value_or(DType::BF16);
-    if (dtype_is_quantized(target) && cols % kQuantBlock != 0) target = DType::BF16;
+    target = dtype_fitting_row(target, cols, DType::BF16);
     WeightMatrix host{target, nullptr, rows, cols, dtype_row_bytes(target, cols)};
     std::vector<uint8_t> bytes(static_cast<size_t>(host.bytes()));
     host.data = bytes.data();

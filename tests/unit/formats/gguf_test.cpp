@@ -7,8 +7,8 @@
 #include "ember/core/error.h"
 #include "ember/core/half.h"
 #include "ember/formats/gguf.h"
-#include "unit/formats/format_writers.h"
 #include "test_util.h"
+#include "unit/formats/format_writers.h"
 
 namespace ember {
 namespace {
@@ -18,7 +18,7 @@ using test::error_message;
 using test::GgufWriter;
 namespace gt = test::gguf_t;
 
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kBF16 = 30;
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kIQ3_S = 21, kBF16 = 30;
 
 std::string fixture_gguf() {
   return test::fixture("models/stories260K/stories260K.gguf").string();
@@ -418,12 +418,27 @@ TEST(GgufErrors, BadAlignmentValue) {
 }
 
 TEST(GgufErrors, TensorDirectoryCorruption) {
-  run_case({"q4_k",
+  run_case({"iq3_s",
             [](GgufWriter& w) {
-              w.tensor("blk.0.attn_q.weight", kQ4_K, {2, 256}, Bytes(288));
+              w.tensor("blk.0.attn_q.weight", kIQ3_S, {2, 256}, Bytes(220));
             },
             nullptr,
-            {"unsupported tensor type Q4_K for tensor blk.0.attn_q.weight"}});
+            {"unsupported tensor type IQ3_S for tensor blk.0.attn_q.weight"}});
+  // A K-quant tensor whose bytes do not cover its shape (144 bytes per 256 values).
+  run_case({"q4_k-short",
+            [](GgufWriter& w) {
+              w.tensor("blk.0.attn_q.weight", kQ4_K, {2, 256}, Bytes(100));
+            },
+            nullptr,
+            {"blk.0.attn_q.weight"}});
+  // A K-quant row that is not a whole number of 256-value blocks.
+  run_case(
+      {"q4_k-row",
+       [](GgufWriter& w) {
+         w.tensor("blk.0.attn_q.weight", kQ4_K, {2, 160}, Bytes(288));
+       },
+       nullptr,
+       {"blk.0.attn_q.weight has inner dimension 160, not a multiple of the q4_k block size 256"}});
   run_case({"unknown-ggml-type",
             [](GgufWriter& w) { w.tensor("odd", 77, {4}, Bytes(16)); },
             nullptr,
@@ -501,9 +516,9 @@ TEST(GgufErrors, KindFileAndTensorTravelWithTheMessage) {
       {"v4", nullptr, [](Bytes& b, const GgufWriter&) { test::patch_u32(b, 4, 4); }, {}});
   EXPECT_EQ(v4.kind(), ErrorKind::Unsupported);
 
-  Error q4k = case_error({"q4_k",
+  Error q4k = case_error({"iq3_s",
                           [](GgufWriter& w) {
-                            w.tensor("blk.0.attn_q.weight", kQ4_K, {2, 256}, Bytes(288));
+                            w.tensor("blk.0.attn_q.weight", kIQ3_S, {2, 256}, Bytes(220));
                           },
                           nullptr,
                           {}});

@@ -25,6 +25,7 @@
 #include "ember/backend/cpu/avx2_prefetch.h"
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/quant_row_dot.h"
 #include "ember/core/aligned_vector.h"
 
 namespace ember::cpu::avx2 {
@@ -180,6 +181,10 @@ EMBER_AVX2_INLINE void tile(const float* x, int64_t ldx, int64_t K, const uint8_
 
 // --- T > 1: row panels converted to f32 once, then f32 tiles ---------------------------------
 
+// The instantiation of matmul_panels / convert_panel that serves every block type beyond q8_0 /
+// q4_0 (quant_row_dot.h): its panels are dequantized by dequantize_rows(w.dtype, ...).
+constexpr DType kOtherBlockTypes = DType::Q4_K;
+
 // Rows [0, rows) of a panel as f32 in the order the T = 1 kernel multiplies them, row i at
 // out + i * ldw: f16 widened in place; bf16 as per-16 chunks of 8 even then 8 odd values, zero-
 // padded to ldw = K rounded up to 16 (matching the de-interleaved activations). Running the plain
@@ -193,7 +198,10 @@ template <DType kDtype>
 EMBER_AVX2 void convert_panel(const WeightMatrix& wm, int64_t row0, const uint8_t* w,
                               int64_t row_bytes, int64_t rows, int64_t K, float* out, int64_t ldw,
                               const uint8_t* limit) {
-  if constexpr (kDtype == DType::Q8_0 || kDtype == DType::Q4_0) {
+  if constexpr (kDtype == kOtherBlockTypes) {
+    dequantize_rows(wm.dtype, w, row_bytes, rows, K, out, ldw);
+    return;
+  } else if constexpr (kDtype == DType::Q8_0 || kDtype == DType::Q4_0) {
     const int64_t blocks = K / kQuantBlock;
     const bool interleaved = wm.layout == WeightLayout::Interleaved8;
     auto prefetch = LinePrefetcher::ahead(interleaved ? interleaved_group(wm, row0) : w,
@@ -435,6 +443,9 @@ void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y
       if (w.dtype == DType::Q8_0)
         return matmul_panels<DType::Q8_0>(xp, Kp, T, w, y, ldy, row_begin, row_end);
       return matmul_panels<DType::Q4_0>(xp, Kp, T, w, y, ldy, row_begin, row_end);
+    default:
+      if (uses_8bit_activations(w, T)) return avx2::matmul(xp, T, w, y, ldy, row_begin, row_end);
+      return matmul_panels<kOtherBlockTypes>(xp, Kp, T, w, y, ldy, row_begin, row_end);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "ember/backend/cpu/avx2_prefetch.h"
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/quant_row_dot.h"
 
 namespace ember::cpu::avx2 {
 namespace {
@@ -199,8 +200,12 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
   }
   if (w.dtype == DType::Q8_0) {
     matmul_q8_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
-  } else {
+  } else if (w.dtype == DType::Q4_0) {
     matmul_q8_dtype<DType::Q4_0>(xq, T, w, y, ldy, row_begin, row_end);
+  } else {  // the other block types, one row dot per output (quant_row_dot.h)
+    QuantRowDot dot = avx2::quant_row_dot(w.dtype);
+    if (dot == nullptr) dot = scalar::quant_row_dot(w.dtype);
+    matmul_q8_row_dots(dot, xq, T, w, y, ldy, row_begin, row_end);
   }
 }
 

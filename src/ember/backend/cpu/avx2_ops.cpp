@@ -6,6 +6,7 @@
 
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/quant_row_dot.h"
 #include "ember/core/half.h"
 
 namespace ember::cpu::avx2 {
@@ -189,6 +190,9 @@ EMBER_AVX2 void dequantize_row(const WeightMatrix& table, int64_t row, float* ou
         }
         for (int c = 0; c < 4; ++c) _mm256_storeu_ps(out + b * kQuantBlock + 8 * c, v[c]);
       }
+      break;
+    default:  // the other block types (Rows layout only)
+      dequantize_rows(table.dtype, base, table.row_bytes, 1, n, out, n);
       break;
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/quant_row_dot.h"
 #include "ember/backend/cpu/weight_layout.h"
 #include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
@@ -62,6 +63,9 @@ void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out)
 
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end) {
+  if (QuantRowDot dot = scalar::quant_row_dot(w.dtype)) {  // the other block types: exact
+    return matmul_q8_row_dots(dot, xq, T, w, y, ldy, row_begin, row_end);
+  }
   const int64_t nb = w.n_cols / kQuantBlock;
   int8_t q[32];
   float dw;
@@ -91,6 +95,9 @@ void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out)
 // Float accumulation, one block after another: the same order whatever T or row range.
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end) {
+  if (QuantRowDot dot = scalar::quant_row_dot(w.dtype)) {
+    return matmul_q8_row_dots(dot, xq, T, w, y, ldy, row_begin, row_end);
+  }
   const int64_t nb = w.n_cols / kQuantBlock;
   int8_t q[32];
   float dw;

@@ -17,7 +17,7 @@ int64_t weight_matrix_bytes(DType dtype, int64_t n_rows, int64_t n_cols, WeightL
 }
 
 WeightMatrix interleave_rows(const WeightMatrix& src, void* dst) {
-  if (src.layout != WeightLayout::Rows || !dtype_is_quantized(src.dtype)) {
+  if (src.layout != WeightLayout::Rows || !has_interleaved_layout(src.dtype)) {
     throw Error("interleave_rows: want a q8_0/q4_0 matrix in the Rows layout");
   }
   const int64_t rb = src.row_bytes, nb = src.n_cols / kQuantBlock;

@@ -30,6 +30,11 @@ struct BlockQ8_0x8 {
 };
 static_assert(sizeof(BlockQ8_0x8) == kInterleavedRows * sizeof(BlockQ8_0));
 
+// The dtypes that have an Interleaved8 layout: q8_0 and q4_0.
+inline bool has_interleaved_layout(DType dtype) {
+  return dtype == DType::Q8_0 || dtype == DType::Q4_0;
+}
+
 // Bytes a matrix of this shape takes in `layout` (Interleaved8: whole groups of 8 rows).
 int64_t weight_matrix_bytes(DType dtype, int64_t n_rows, int64_t n_cols, WeightLayout layout);
 

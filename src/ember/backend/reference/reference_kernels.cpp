@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ember/backend/cpu/weight_layout.h"
+#include "ember/core/dequantize.h"
 #include "ember/core/half.h"
 
 namespace ember::reference {
@@ -54,6 +55,9 @@ void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
       }
       break;
     }
+    default:  // the other block types exist in the Rows layout only
+      ember::dequantize_row(table.dtype, base, out, n);
+      break;
   }
 }
 
