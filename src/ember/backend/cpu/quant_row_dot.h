@@ -37,6 +37,17 @@ QuantRowDot quant_row_dot(DType dtype);
 // exact f32, row i at out + i * ldo: the panels of the prefill GEMM and embedding lookups.
 void dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_t rows, int64_t K,
                      float* out, int64_t ldo);
+
+// One entry per weight family file; each returns nullptr / false for the types it does not take.
+QuantRowDot legacy_quant_row_dot(DType dtype);  // q4_1 q5_0 q5_1 q8_1 (avx2_matmul_legacy_quants)
+QuantRowDot kquant_row_dot(DType dtype);        // q2_k .. q6_k (avx2_matmul_kquants)
+QuantRowDot iquant_row_dot(DType dtype);        // iq4_nl iq4_xs (avx2_matmul_iquants)
+bool legacy_dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_t rows,
+                            int64_t K, float* out, int64_t ldo);
+bool kquant_dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_t rows,
+                            int64_t K, float* out, int64_t ldo);
+bool iquant_dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_t rows,
+                            int64_t K, float* out, int64_t ldo);
 }  // namespace avx2
 
 }  // namespace ember::cpu
