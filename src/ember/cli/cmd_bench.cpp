@@ -212,6 +212,7 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
   nlohmann::ordered_json j;
   j["model"] = model.checkpoint.path;
   j["dtype"] = dtype_name(model.weights.matrix_dtype());
+  j["matrix_dtypes"] = model.weights.matrix_dtypes();
   j["layout"] = run.interleaved ? "interleaved8" : "rows";
   j["kv_dtype"] = dtype_name(eo.engine.kv_dtype);
   j["backend"] = run.backend.name;
@@ -272,7 +273,7 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
   std::printf(
       "model %s: %s%s, %.1f MB of matrices, %s KV cache, %s backend, isa %s, %d threads, ready in "
       "%.3f s\n",
-      model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
+      model.checkpoint.path.c_str(), model.weights.matrix_dtypes().c_str(),
       run.interleaved ? " interleaved" : "", static_cast<double>(run.matrix_bytes) / 1e6,
       dtype_name(eo.engine.kv_dtype), run.backend.name.c_str(), run.backend.kernels.c_str(),
       run.threads, model.load_seconds);

@@ -51,7 +51,7 @@ void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunSta
                "[ember] time to first token %.2f ms, prefill %.1f tok/s, decode %.1f tok/s\n"
                "[ember] KV cache in use %lld bytes (%lld blocks of %lld tokens)\n",
                model.checkpoint.path.c_str(), format_name(model.checkpoint.format),
-               dtype_name(model.weights.matrix_dtype()), model.weights.backend->info().name.c_str(),
+               model.weights.matrix_dtypes().c_str(), model.weights.backend->info().name.c_str(),
                engine.runner().n_threads(), model.load_seconds,
                static_cast<unsigned long long>(seed), static_cast<long long>(s.prompt_tokens),
                static_cast<long long>(s.generated),

@@ -48,7 +48,7 @@ void print_startup(const LoadedModel& model, const AsyncEngine& engine,
   std::fprintf(stderr,
                "[ember] model %s (%s), %d threads, context %lld, %lld %s KV blocks of %lld, "
                "prefix cache %s, chat template %s\n",
-               model.checkpoint.path.c_str(), dtype_name(model.weights.matrix_dtype()),
+               model.checkpoint.path.c_str(), model.weights.matrix_dtypes().c_str(),
                engine.engine().runner().n_threads(),
                static_cast<long long>(engine.engine().max_context()),
                static_cast<long long>(engine.engine().kv().n_blocks()),

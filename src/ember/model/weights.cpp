@@ -1,7 +1,10 @@
 #include "ember/model/weights.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numbers>
+#include <utility>
 
 namespace ember {
 
@@ -21,6 +24,23 @@ int64_t ModelWeights::matrix_bytes() const {
   int64_t total = 0;
   for_each_matrix(*this, [&](const WeightMatrix& m) { total += m.n_rows * m.row_bytes; });
   return total;
+}
+
+std::string ModelWeights::matrix_dtypes() const {
+  int counts[std::size(kAllDTypes)] = {};
+  for_each_matrix(*this, [&](const WeightMatrix& m) { ++counts[static_cast<size_t>(m.dtype)]; });
+  std::vector<std::pair<int, DType>> present;
+  for (DType d : kAllDTypes) {
+    if (counts[static_cast<size_t>(d)] > 0) present.emplace_back(counts[static_cast<size_t>(d)], d);
+  }
+  if (present.size() == 1) return dtype_name(present[0].second);
+  std::stable_sort(present.begin(), present.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out;
+  for (const auto& [n, d] : present) {
+    out += (out.empty() ? "" : ", ") + std::string(dtype_name(d)) + " x" + std::to_string(n);
+  }
+  return out;
 }
 
 int64_t ModelWeights::copied_matrix_bytes() const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ember/backend/backend.h"
@@ -49,6 +50,9 @@ struct ModelWeights {
   int64_t copied_matrix_bytes() const;
   // The layer matrices' dtype after load.
   DType matrix_dtype() const { return layers.empty() ? embed.dtype : layers[0].wq.dtype; }
+  // Every matrix dtype with its count, most frequent first ("q5_0 x166, q4_k x16, q8_0 x15"), or
+  // the one dtype's name when all agree: what a mixed file (a llama.cpp preset) holds.
+  std::string matrix_dtypes() const;
 };
 
 // inv_freq[i] = theta^(-2i/rope_dim), then the "llama3" frequency-dependent scaling if configured.
