@@ -16,6 +16,7 @@
 #include "ember/backend/cpu/kernels.h"
 #include "ember/backend/cpu/weight_layout.h"
 #include "ember/core/dtype.h"
+#include "ember/core/half.h"
 #include "ember/core/quantize.h"
 
 namespace {
@@ -29,6 +30,23 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   std::vector<float> v(static_cast<size_t>(n));
   for (float& f : v) f = dist(rng);
   return v;
+}
+
+// cpu::matmul of T tokens on wm, reporting weight bytes/s and FLOP/s.
+void run_matmul(benchmark::State& state, const cpu::WeightMatrix& wm, int64_t T) {
+  const int64_t K = wm.n_cols, N = wm.n_rows;
+  const auto x = random_floats(T * K, 2);
+  std::vector<float> y(static_cast<size_t>(T * N));
+  for (auto _ : state) {
+    cpu::matmul(x.data(), T, wm, y.data(), N, 0, N);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["bytes/s"] = benchmark::Counter(iters * static_cast<double>(wm.row_bytes * N),
+                                                 benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(iters * 2.0 * static_cast<double>(T * N * K), benchmark::Counter::kIsRate);
 }
 
 // args: dtype, K, N, T, interleaved (q8_0/q4_0: the Interleaved8 layout the loader makes).
@@ -45,18 +63,7 @@ void BM_Matmul(benchmark::State& state) {
   }
   cpu::WeightMatrix wm{dtype, w.data(), N, K, row_bytes};
   if (layout == cpu::WeightLayout::Interleaved8) wm = cpu::interleave_rows(wm, w.data());
-  const auto x = random_floats(T * K, 2);
-  std::vector<float> y(static_cast<size_t>(T * N));
-  for (auto _ : state) {
-    cpu::matmul(x.data(), T, wm, y.data(), N, 0, N);
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  const double iters = static_cast<double>(state.iterations());
-  state.counters["bytes/s"] =
-      benchmark::Counter(iters * static_cast<double>(row_bytes * N), benchmark::Counter::kIsRate);
-  state.counters["FLOP/s"] =
-      benchmark::Counter(iters * 2.0 * static_cast<double>(T * N * K), benchmark::Counter::kIsRate);
+  run_matmul(state, wm, T);
   state.SetLabel(std::string(ember::dtype_name(dtype)) +
                  (layout == cpu::WeightLayout::Interleaved8 ? " interleaved " : " ") +
                  cpu::isa_name(cpu::active_isa()));
@@ -74,6 +81,67 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "K", "N", "T", "interleaved"});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond);
+
+// The block types beyond q8_0/q4_0 (core/quant_blocks.h), Rows layout. Their weights are random
+// bytes (any bits are valid quants) with each block's f16 scale fields set to values in
+// [-0.05, 0.05]: byte offsets of those fields per type.
+std::vector<int> half_fields(DType dtype) {
+  switch (dtype) {
+    case DType::Q4_1:
+    case DType::Q5_1:
+    case DType::Q8_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+      return {0, 2};  // d, m (q8_1: d, s; q4_k / q5_k: d, dmin)
+    case DType::Q2_K:
+      return {80, 82};
+    case DType::Q3_K:
+      return {108};
+    case DType::Q6_K:
+      return {208};
+    default:
+      return {0};  // q5_0, iq4_nl, iq4_xs: d
+  }
+}
+
+std::vector<uint8_t> random_blocks(DType dtype, int64_t N, int64_t K) {
+  std::vector<uint8_t> w(static_cast<size_t>(N * ember::dtype_row_bytes(dtype, K)));
+  std::mt19937 rng(1);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  for (size_t at = 0; at < w.size(); at += static_cast<size_t>(ember::dtype_block_bytes(dtype))) {
+    for (int off : half_fields(dtype)) {
+      const uint16_t h = ember::f32_to_f16(scale(rng));
+      std::memcpy(&w[at + static_cast<size_t>(off)], &h, 2);
+    }
+  }
+  return w;
+}
+
+// args: dtype, K, N, T. T = 1 is decode (row dots on 8-bit activations), T = 64 prefill (the f32
+// GEMM on dequantized panels).
+void BM_MatmulBlockTypes(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t K = state.range(1), N = state.range(2), T = state.range(3);
+  const auto w = random_blocks(dtype, N, K);
+  const cpu::WeightMatrix wm{dtype, w.data(), N, K, ember::dtype_row_bytes(dtype, K)};
+  run_matmul(state, wm, T);
+  state.SetLabel(std::string(ember::dtype_name(dtype)) + " " + cpu::isa_name(cpu::active_isa()));
+}
+
+// The SmolLM2 FFN shapes (K x N) 576 x 1536 and 1536 x 576. Super-block types (256 values per
+// block) cannot have K = 576; they run 768 x 1536 instead.
+void MatmulBlockTypesArgs(benchmark::internal::Benchmark* b) {
+  for (DType d : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_1, DType::Q2_K, DType::Q3_K,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS}) {
+    const int64_t k_small = ember::dtype_block_elems(d) == 256 ? 768 : 576;
+    for (auto [K, N] : {std::pair<int64_t, int64_t>{k_small, 1536}, {1536, 576}}) {
+      for (int64_t T : {1, 64}) b->Args({static_cast<int64_t>(d), K, N, T});
+    }
+  }
+  b->ArgNames({"dtype", "K", "N", "T"});
+}
+BENCHMARK(BM_MatmulBlockTypes)->Apply(MatmulBlockTypesArgs)->Unit(benchmark::kMicrosecond);
 
 // One decode token of SmolLM2 attention over a ctx-token context in shuffled 16-token blocks, from
 // an f32 or an f16 KV cache.

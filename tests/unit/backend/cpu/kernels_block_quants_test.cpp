@@ -48,7 +48,8 @@ std::vector<int> half_fields(DType dtype) {
   }
 }
 
-enum class Fill { Random, ZeroScales, AllOnes, AllZeros };
+// AllOnes / AllZeros / Bytes80: every quant byte 0xff / 0x00 / 0x80 (q8_1: -1, 0, -128).
+enum class Fill { Random, ZeroScales, AllOnes, AllZeros, Bytes80 };
 
 // n_rows x K of `dtype`: random quant bits, scales in [-0.05, 0.05] (mins likewise).
 std::vector<uint8_t> make_rows(DType dtype, int64_t n_rows, int64_t K, Fill fill, uint32_t seed) {
@@ -57,7 +58,10 @@ std::vector<uint8_t> make_rows(DType dtype, int64_t n_rows, int64_t K, Fill fill
   std::vector<uint8_t> v(static_cast<size_t>(bytes));
   std::mt19937 rng(seed);
   for (auto& b : v) {
-    b = fill == Fill::AllOnes ? 0xff : fill == Fill::AllZeros ? 0 : static_cast<uint8_t>(rng());
+    b = fill == Fill::AllOnes    ? 0xff
+        : fill == Fill::AllZeros ? 0
+        : fill == Fill::Bytes80  ? 0x80
+                                 : static_cast<uint8_t>(rng());
   }
   std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
   for (int64_t at = 0; at < bytes; at += block_bytes) {
@@ -91,22 +95,53 @@ double magnitude(DType dtype, const uint8_t* row, const cpu::BlockQ8Act* x, int6
   return m;
 }
 
+// The AVX2 row dot of kRows rows of `dtype` against the exact one, activations x (K values).
+void expect_row_dots_match(DType dtype, int64_t K, Fill fill, const cpu::BlockQ8Act* x) {
+  constexpr int64_t kRows = 7;
+  const cpu::QuantRowDot dot = cpu::avx2::quant_row_dot(dtype);
+  if (dot == nullptr) return;  // runs the scalar dot
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + " K " + std::to_string(K) + " fill " +
+               std::to_string(int(fill)));
+  const auto w = make_rows(dtype, kRows, K, fill, 11);
+  const int64_t rb = dtype_row_bytes(dtype, K);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const uint8_t* row = w.data() + r * rb;
+    const double exact = cpu::scalar::quant_row_dot_exact(dtype, row, x, K);
+    const double got = dot(row, x, K);
+    EXPECT_NEAR(got, exact, 2e-6 * magnitude(dtype, row, x, K) + 1e-30) << "row " << r;
+  }
+}
+
 TEST(KernelsBlockQuants, Avx2RowDotsMatchTheExactDot) {
   if (test::supported_isas().size() < 2) GTEST_SKIP() << "this CPU has no AVX2";
-  constexpr int64_t K = 512, kRows = 7;
+  constexpr int64_t K = 512;
+  const auto x = activations(1, K, 12);
   for (DType dtype : kBlockTypes) {
-    const cpu::QuantRowDot dot = cpu::avx2::quant_row_dot(dtype);
-    if (dot == nullptr) continue;  // runs the scalar dot
     for (Fill fill : {Fill::Random, Fill::ZeroScales, Fill::AllOnes, Fill::AllZeros}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " fill " + std::to_string(int(fill)));
-      const auto w = make_rows(dtype, kRows, K, fill, 11);
-      const auto x = activations(1, K, 12);
-      const int64_t rb = dtype_row_bytes(dtype, K);
-      for (int64_t r = 0; r < kRows; ++r) {
-        const uint8_t* row = w.data() + r * rb;
-        const double exact = cpu::scalar::quant_row_dot_exact(dtype, row, x.data(), K);
-        const double got = dot(row, x.data(), K);
-        EXPECT_NEAR(got, exact, 2e-6 * magnitude(dtype, row, x.data(), K) + 1e-30) << "row " << r;
+      expect_row_dots_match(dtype, K, fill, x.data());
+    }
+  }
+}
+
+// Block counts no unrolling divides (1, 3, 9 blocks of 32; 1, 3 super-blocks), and the integer
+// limits: activations all +-127 against quant bytes 0x00, 0xff, 0x80 (q8_1's -128: |w| |x| pairs
+// at 2 * 128 * 127, just under int16's limit).
+TEST(KernelsBlockQuants, Avx2RowDotsOddBlockCountsAndIntegerLimits) {
+  if (test::supported_isas().size() < 2) GTEST_SKIP() << "this CPU has no AVX2";
+  for (DType dtype : kBlockTypes) {
+    const bool super = dtype_block_elems(dtype) == kSuperBlock;
+    for (int64_t K : super ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 288}) {
+      const auto x = activations(1, K, 13);
+      for (Fill fill : {Fill::Random, Fill::AllOnes}) {
+        expect_row_dots_match(dtype, K, fill, x.data());
+      }
+      for (float sign : {1.0f, -1.0f}) {
+        const std::vector<float> flat(static_cast<size_t>(K), sign);
+        std::vector<cpu::BlockQ8Act> xq(static_cast<size_t>(K / kQuantBlock));
+        reference::quantize_activations(flat.data(), 1, K, xq.data());
+        for (Fill fill : {Fill::AllZeros, Fill::AllOnes, Fill::Bytes80}) {
+          expect_row_dots_match(dtype, K, fill, xq.data());
+        }
       }
     }
   }
@@ -114,19 +149,22 @@ TEST(KernelsBlockQuants, Avx2RowDotsMatchTheExactDot) {
 
 TEST(KernelsBlockQuants, Avx2PanelDequantizersAreExact) {
   if (test::supported_isas().size() < 2) GTEST_SKIP() << "this CPU has no AVX2";
-  constexpr int64_t K = 768, kRows = 5;
+  constexpr int64_t kRows = 5;
   for (DType dtype : kBlockTypes) {
-    for (Fill fill : {Fill::Random, Fill::AllOnes, Fill::AllZeros}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " fill " + std::to_string(int(fill)));
-      const auto w = make_rows(dtype, kRows, K, fill, 21);
-      const int64_t rb = dtype_row_bytes(dtype, K);
-      constexpr int64_t ldo = K + 8;
-      std::vector<float> got(kRows * ldo), want(K);
-      cpu::avx2::dequantize_rows(dtype, w.data(), rb, kRows, K, got.data(), ldo);
-      for (int64_t r = 0; r < kRows; ++r) {
-        dequantize_row(dtype, w.data() + r * rb, want.data(), K);
-        ASSERT_EQ(std::memcmp(got.data() + r * ldo, want.data(), K * sizeof(float)), 0)
-            << "row " << r;
+    for (int64_t K : {dtype_block_elems(dtype) == kSuperBlock ? 256 : 96, 768}) {
+      for (Fill fill : {Fill::Random, Fill::AllOnes, Fill::AllZeros, Fill::Bytes80}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " K " + std::to_string(K) + " fill " +
+                     std::to_string(int(fill)));
+        const auto w = make_rows(dtype, kRows, K, fill, 21);
+        const int64_t rb = dtype_row_bytes(dtype, K);
+        const int64_t ldo = K + 8;
+        std::vector<float> got(kRows * ldo), want(K);
+        cpu::avx2::dequantize_rows(dtype, w.data(), rb, kRows, K, got.data(), ldo);
+        for (int64_t r = 0; r < kRows; ++r) {
+          dequantize_row(dtype, w.data() + r * rb, want.data(), K);
+          ASSERT_EQ(std::memcmp(got.data() + r * ldo, want.data(), K * sizeof(float)), 0)
+              << "row " << r;
+        }
       }
     }
   }
