@@ -1,12 +1,12 @@
-// Float rows -> storage rows, rounding exactly like GGUF's reference quantizers so that a model
-// quantized here and one quantized by llama.cpp's tools hold the same bytes.
+// Float rows -> storage rows. q8_0/q4_0 round exactly like GGUF's reference quantizers, so that a
+// model quantized here and one quantized by llama.cpp's tools hold the same bytes; the other block
+// types search their scales for least squared error (quantize_row_blocks, quantize_blocks.h).
 #include "ember/core/quantize.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "ember/core/error.h"
 #include "ember/core/half.h"
 
 namespace ember {
@@ -86,12 +86,6 @@ void convert_row(const float* x, DType dtype, void* out, int64_t n) {
       quantize_row_blocks(x, dtype, out, n);
       break;
   }
-}
-
-// Filled in by the quantizers of the other block types (quantize_*.cpp); until then they refuse.
-void quantize_row_blocks(const float*, DType dtype, void*, int64_t) {
-  throw Error(ErrorKind::Unsupported,
-              std::string("quantizing to ") + dtype_name(dtype) + " is not implemented");
 }
 
 }  // namespace ember

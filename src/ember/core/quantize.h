@@ -17,7 +17,8 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* out, int64_t n);
 // Writes n floats as `dtype` (f32 copy, f16/bf16 round-to-nearest-even, q8_0/q4_0 blocks) into
 // `out`, which must hold dtype_row_bytes(dtype, n) bytes.
 void convert_row(const float* x, DType dtype, void* out, int64_t n);
-// The other block types (quant_blocks.h): n a multiple of the type's block.
+// The other block types (quant_blocks.h), their scales searched for least squared error
+// (quantize_blocks.h); throws ember::Error unless n is a multiple of the type's block.
 void quantize_row_blocks(const float* x, DType dtype, void* out, int64_t n);
 
 }  // namespace ember
