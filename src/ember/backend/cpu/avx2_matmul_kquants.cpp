@@ -15,6 +15,8 @@
 //   q's sign.
 // Bounds: |x| <= 127; maddubs pairs stay below 2 * 63 * 127 < 2^15, madd sums with 6-bit (q6_k:
 // 8-bit) scales below 2^31.
+#include <cstring>
+
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/quant_row_dot.h"
 #include "ember/core/quant_blocks.h"
@@ -70,33 +72,87 @@ EMBER_AVX2_INLINE __m256i q45_quants(const uint8_t* qs, const uint8_t* qh, int j
   return u;
 }
 
+// q4_k / q5_k scales and mins, unpacked by whole 32-bit words (k_scale_min, four sub-blocks at
+// a time): byte j of sc / mn is sub-block j's 6-bit scale / min. Bytes 0-3 of the 12 hold scales
+// 0-3 (low 6 bits) and the top 2 bits of scales 4-7; bytes 4-7 likewise the mins; bytes 8-11 the
+// low 4 bits of scales 4-7 (low nibble) and mins 4-7 (high nibble).
+struct KScalesMins {
+  __m256i scales;  // the 8 scales as int16, in both 128-bit halves
+  __m256 mins;     // the 8 mins as f32, lane j
+};
+
+EMBER_AVX2_INLINE KScalesMins unpack_k_scales_mins(const uint8_t* s) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_lo = a & 0x3f3f3f3f;
+  const uint32_t sc_hi = (c & 0x0f0f0f0f) | (((a >> 6) & 0x03030303) << 4);
+  const uint32_t mn_lo = b & 0x3f3f3f3f;
+  const uint32_t mn_hi = ((c >> 4) & 0x0f0f0f0f) | (((b >> 6) & 0x03030303) << 4);
+  const __m128i sc =
+      _mm_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), 0, 0));
+  const __m128i mn = _mm_setr_epi32(static_cast<int>(mn_lo), static_cast<int>(mn_hi), 0, 0);
+  return {_mm256_broadcastsi128_si256(sc), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn))};
+}
+
+// Scale j of unpacked.scales in every int16 lane.
+EMBER_AVX2_INLINE __m256i scale_of(__m256i scales, int j) {
+  return _mm256_shuffle_epi8(scales,
+                             _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
+}
+
+// R rows of q4_k / q5_k times one token. Per super-block the integer sums of each activation
+// block are scaled by its d_x (two FMA chains), then by the row's d; the mins' part is
+// dmin * sum_j min_j * (d_x * sum(x))_j as one 8-lane FMA. Each row's operations are the same for
+// every R, so the four-row tile gives the single-row dot's bits.
+template <typename Block, bool kFifthBit, int R>
+EMBER_AVX2_INLINE void rows_dot_q45_k(const uint8_t* row, int64_t row_bytes, const BlockQ8Act* x,
+                                      int64_t K, float* y) {
+  __m256 acc[R], acc_min[R];
+  for (int r = 0; r < R; ++r) acc[r] = acc_min[r] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / kSuperBlock; ++sb, x += 8) {
+    // d_x * sum(x) of the 8 activation blocks, lane j.
+    const __m256 x_sums = _mm256_setr_ps(
+        x[0].d * static_cast<float>(x[0].sum), x[1].d * static_cast<float>(x[1].sum),
+        x[2].d * static_cast<float>(x[2].sum), x[3].d * static_cast<float>(x[3].sum),
+        x[4].d * static_cast<float>(x[4].sum), x[5].d * static_cast<float>(x[5].sum),
+        x[6].d * static_cast<float>(x[6].sum), x[7].d * static_cast<float>(x[7].sum));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const Block& b = reinterpret_cast<const Block*>(row + r * row_bytes)[sb];
+      const uint8_t* qh = nullptr;
+      if constexpr (kFifthBit) qh = b.qh;
+      const KScalesMins sm = unpack_k_scales_mins(b.scales);
+      __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j += 2) {
+        const __m256i i0 = dot_unsigned(q45_quants<kFifthBit>(b.qs, qh, j), load32(x[j].qs),
+                                        scale_of(sm.scales, j));
+        const __m256i i1 = dot_unsigned(q45_quants<kFifthBit>(b.qs, qh, j + 1), load32(x[j + 1].qs),
+                                        scale_of(sm.scales, j + 1));
+        t0 = acc_block(i0, x[j].d, t0);
+        t1 = acc_block(i1, x[j + 1].d, t1);
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), _mm256_set1_ps(_cvtsh_ss(b.d)), acc[r]);
+      acc_min[r] = _mm256_fmadd_ps(_mm256_mul_ps(sm.mins, _mm256_set1_ps(_cvtsh_ss(b.dmin))),
+                                   x_sums, acc_min[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = hsum(acc[r]) - hsum(acc_min[r]);
+}
+
 template <typename Block, bool kFifthBit>
 EMBER_AVX2 float row_dot_q45_k(const uint8_t* row, const BlockQ8Act* x, int64_t K) {
-  const auto* blocks = reinterpret_cast<const Block*>(row);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  float mins = 0.0f;
-  for (int64_t sb = 0; sb < K / kSuperBlock; ++sb, x += 8) {
-    const Block& b = blocks[sb];
-    const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
-    const uint8_t* qh = nullptr;
-    if constexpr (kFifthBit) qh = b.qh;
-    float block_mins = 0.0f;
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j += 2) {
-      uint8_t sc0, m0, sc1, m1;
-      k_scale_min(b.scales, j, &sc0, &m0);
-      k_scale_min(b.scales, j + 1, &sc1, &m1);
-      const __m256i u0 = q45_quants<kFifthBit>(b.qs, qh, j);
-      const __m256i u1 = q45_quants<kFifthBit>(b.qs, qh, j + 1);
-      acc0 = acc_block(dot_unsigned(u0, load32(x[j].qs), _mm256_set1_epi16(sc0)), d * x[j].d, acc0);
-      acc1 = acc_block(dot_unsigned(u1, load32(x[j + 1].qs), _mm256_set1_epi16(sc1)),
-                       d * x[j + 1].d, acc1);
-      block_mins += x[j].d * static_cast<float>(m0 * x[j].sum) +
-                    x[j + 1].d * static_cast<float>(m1 * x[j + 1].sum);
-    }
-    mins += dmin * block_mins;
-  }
-  return hsum(_mm256_add_ps(acc0, acc1)) - mins;
+  float y;
+  rows_dot_q45_k<Block, kFifthBit, 1>(row, 0, x, K, &y);
+  return y;
+}
+
+template <typename Block, bool kFifthBit>
+EMBER_AVX2 void row_dot4_q45_k(const uint8_t* row, int64_t row_bytes, const BlockQ8Act* x,
+                               int64_t K, float* y) {
+  rows_dot_q45_k<Block, kFifthBit, 4>(row, row_bytes, x, K, y);
 }
 
 // q6_k: activation block j = 4h + s takes its low 4 bits from ql[64h + 32(s % 2) ...] (low nibble
@@ -109,23 +165,45 @@ EMBER_AVX2_INLINE __m256i q6_quants(const BlockQ6_K& b, int j) {
   return _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32));
 }
 
+// The 16 int8 scales of a q6_k super-block as int16, scales 0-7 in `low` and 8-15 in `high`
+// (each in both 128-bit halves), so one shuffle puts scale 2j in the low half's lanes and scale
+// 2j + 1 in the high half's (activation block j's two sub-blocks of 16).
+struct Q6Scales {
+  __m256i low, high;
+};
+
+EMBER_AVX2_INLINE Q6Scales unpack_q6_scales(const int8_t* s) {
+  const __m128i all = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  return {_mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(all)),
+          _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(all, 8)))};
+}
+
+EMBER_AVX2_INLINE __m256i q6_scale_pair(const Q6Scales& s, int j) {
+  const int e = (2 * j) % 8;  // int16 element of scale 2j within its half (2j + 1 is next)
+  const __m256i idx =
+      _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>((2 * e + 3) << 8 | (2 * e + 2))),
+                       _mm_set1_epi16(static_cast<int16_t>((2 * e + 1) << 8 | 2 * e)));
+  return _mm256_shuffle_epi8(j < 4 ? s.low : s.high, idx);
+}
+
 EMBER_AVX2 float row_dot_q6_k(const uint8_t* row, const BlockQ8Act* x, int64_t K) {
   const auto* blocks = reinterpret_cast<const BlockQ6_K*>(row);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / kSuperBlock; ++sb, x += 8) {
     const BlockQ6_K& b = blocks[sb];
-    const float d = _cvtsh_ss(b.d);
+    const Q6Scales scales = unpack_q6_scales(b.scales);
+    __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j += 2) {
-      const __m256i i0 = dot_signed(q6_quants(b, j), load32(x[j].qs),
-                                    two_scales(b.scales[2 * j], b.scales[2 * j + 1]));
-      const __m256i i1 = dot_signed(q6_quants(b, j + 1), load32(x[j + 1].qs),
-                                    two_scales(b.scales[2 * j + 2], b.scales[2 * j + 3]));
-      acc0 = acc_block(i0, d * x[j].d, acc0);
-      acc1 = acc_block(i1, d * x[j + 1].d, acc1);
+      const __m256i i0 = dot_signed(q6_quants(b, j), load32(x[j].qs), q6_scale_pair(scales, j));
+      const __m256i i1 =
+          dot_signed(q6_quants(b, j + 1), load32(x[j + 1].qs), q6_scale_pair(scales, j + 1));
+      t0 = acc_block(i0, x[j].d, t0);
+      t1 = acc_block(i1, x[j + 1].d, t1);
     }
+    acc = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), _mm256_set1_ps(_cvtsh_ss(b.d)), acc);
   }
-  return hsum(_mm256_add_ps(acc0, acc1));
+  return hsum(acc);
 }
 
 // q2_k / q3_k: activation block j = 4h + s reads bits 2s of qs[32h ...].
@@ -280,6 +358,17 @@ RowDequantizer kquant_dequantizer(DType dtype) {
 }
 
 }  // namespace
+
+QuantRowDot4 kquant_row_dot4(DType dtype) {
+  switch (dtype) {
+    case DType::Q4_K:
+      return row_dot4_q45_k<BlockQ4_K, false>;
+    case DType::Q5_K:
+      return row_dot4_q45_k<BlockQ5_K, true>;
+    default:
+      return nullptr;
+  }
+}
 
 QuantRowDot kquant_row_dot(DType dtype) {
   switch (dtype) {

@@ -205,7 +205,7 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
   } else {  // the other block types, one row dot per output (quant_row_dot.h)
     QuantRowDot dot = avx2::quant_row_dot(w.dtype);
     if (dot == nullptr) dot = scalar::quant_row_dot(w.dtype);
-    matmul_q8_row_dots(dot, xq, T, w, y, ldy, row_begin, row_end);
+    matmul_q8_row_dots(dot, avx2::quant_row_dot4(w.dtype), xq, T, w, y, ldy, row_begin, row_end);
   }
 }
 

@@ -11,6 +11,10 @@ QuantRowDot quant_row_dot(DType dtype) {
   return iquant_row_dot(dtype);
 }
 
+QuantRowDot4 quant_row_dot4(DType dtype) {
+  return kquant_row_dot4(dtype);
+}
+
 void dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_t rows, int64_t K,
                      float* out, int64_t ldo) {
   if (legacy_dequantize_rows(dtype, base, row_bytes, rows, K, out, ldo)) return;

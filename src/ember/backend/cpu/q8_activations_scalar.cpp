@@ -64,7 +64,7 @@ void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out)
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end) {
   if (QuantRowDot dot = scalar::quant_row_dot(w.dtype)) {  // the other block types: exact
-    return matmul_q8_row_dots(dot, xq, T, w, y, ldy, row_begin, row_end);
+    return matmul_q8_row_dots(dot, nullptr, xq, T, w, y, ldy, row_begin, row_end);
   }
   const int64_t nb = w.n_cols / kQuantBlock;
   int8_t q[32];
@@ -96,7 +96,7 @@ void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out)
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end) {
   if (QuantRowDot dot = scalar::quant_row_dot(w.dtype)) {
-    return matmul_q8_row_dots(dot, xq, T, w, y, ldy, row_begin, row_end);
+    return matmul_q8_row_dots(dot, nullptr, xq, T, w, y, ldy, row_begin, row_end);
   }
   const int64_t nb = w.n_cols / kQuantBlock;
   int8_t q[32];

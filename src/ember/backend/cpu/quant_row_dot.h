@@ -18,9 +18,16 @@ namespace ember::cpu {
 // sum_k W[row, k] * x[k], x as K / 32 activation blocks.
 using QuantRowDot = float (*)(const uint8_t* row, const BlockQ8Act* x, int64_t K);
 
-// Rows [row_begin, row_end) x T tokens through `dot`: y[t * ldy + n].
-void matmul_q8_row_dots(QuantRowDot dot, const BlockQ8Act* xq, int64_t T, const WeightMatrix& w,
-                        float* y, int64_t ldy, int64_t row_begin, int64_t row_end);
+// Four rows at once (row i at row + i * row_bytes) times one token: y[0..3], each the same bits
+// as the single-row dot of its row. Sharing the activation loads and scales across the rows.
+using QuantRowDot4 = void (*)(const uint8_t* row, int64_t row_bytes, const BlockQ8Act* x, int64_t K,
+                              float* y);
+
+// Rows [row_begin, row_end) x T tokens through `dot` (and `dot4`, when not null, for whole groups
+// of four rows): y[t * ldy + n].
+void matmul_q8_row_dots(QuantRowDot dot, QuantRowDot4 dot4, const BlockQ8Act* xq, int64_t T,
+                        const WeightMatrix& w, float* y, int64_t ldy, int64_t row_begin,
+                        int64_t row_end);
 
 namespace scalar {
 // The exact dot (weights dequantized as their format defines, double accumulation) for every
@@ -33,6 +40,8 @@ QuantRowDot quant_row_dot(DType dtype);
 namespace avx2 {
 // The AVX2 row dot for `dtype`, or nullptr where there is none (the scalar one runs instead).
 QuantRowDot quant_row_dot(DType dtype);
+// The four-row version where a type has one (nullptr otherwise).
+QuantRowDot4 quant_row_dot4(DType dtype);
 // `rows` rows of K values of a Rows-layout matrix of `dtype` (row i at base + i * row_bytes) as
 // exact f32, row i at out + i * ldo: the panels of the prefill GEMM and embedding lookups.
 void dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_t rows, int64_t K,
@@ -41,7 +50,8 @@ void dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_
 // One entry per weight family file; each returns nullptr / false for the types it does not take.
 QuantRowDot legacy_quant_row_dot(DType dtype);  // q4_1 q5_0 q5_1 q8_1 (avx2_matmul_legacy_quants)
 QuantRowDot kquant_row_dot(DType dtype);        // q2_k .. q6_k (avx2_matmul_kquants)
-QuantRowDot iquant_row_dot(DType dtype);        // iq4_nl iq4_xs (avx2_matmul_iquants)
+QuantRowDot4 kquant_row_dot4(DType dtype);
+QuantRowDot iquant_row_dot(DType dtype);  // iq4_nl iq4_xs (avx2_matmul_iquants)
 bool legacy_dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_t rows,
                             int64_t K, float* out, int64_t ldo);
 bool kquant_dequantize_rows(DType dtype, const uint8_t* base, int64_t row_bytes, int64_t rows,

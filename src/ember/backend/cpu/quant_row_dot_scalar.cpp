@@ -9,11 +9,20 @@
 
 namespace ember::cpu {
 
-void matmul_q8_row_dots(QuantRowDot dot, const BlockQ8Act* xq, int64_t T, const WeightMatrix& w,
-                        float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+void matmul_q8_row_dots(QuantRowDot dot, QuantRowDot4 dot4, const BlockQ8Act* xq, int64_t T,
+                        const WeightMatrix& w, float* y, int64_t ldy, int64_t row_begin,
+                        int64_t row_end) {
   const int64_t nb = w.n_cols / kQuantBlock;
   const auto* base = static_cast<const uint8_t*>(w.data);
-  for (int64_t n = row_begin; n < row_end; ++n) {
+  int64_t n = row_begin;
+  if (dot4 != nullptr) {
+    for (; n + 4 <= row_end; n += 4) {
+      for (int64_t t = 0; t < T; ++t) {
+        dot4(base + n * w.row_bytes, w.row_bytes, xq + t * nb, w.n_cols, y + t * ldy + n);
+      }
+    }
+  }
+  for (; n < row_end; ++n) {
     for (int64_t t = 0; t < T; ++t) {
       y[t * ldy + n] = dot(base + n * w.row_bytes, xq + t * nb, w.n_cols);
     }
