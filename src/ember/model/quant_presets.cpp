@@ -1,6 +1,6 @@
 // The per-tensor rules of the presets. Behaviour reproduced from llama.cpp's quantizer (b4748) for
-// the presets ember offers and no importance matrix; everything it does for other presets
-// (IQ1-IQ3, TQ), for Falcon and for fused QKV tensors is left out, as ember writes none of them.
+// the presets ember offers and no importance matrix; what it does for other presets (IQ1-IQ3,
+// TQ) and for Falcon is left out.
 //
 // In words:
 //  * Norms, 1-D tensors and the other tensors tensor_is_quantizable() excludes keep their type.
@@ -152,6 +152,11 @@ DType rule_type(P p, DType base, const std::string& name, int64_t row_length,
   if (contains(name, "attn_q.weight")) return base;
   if (contains(name, "ffn_down")) return ffn_down_type(p, base, layer_of(name), m);
   if (contains(name, "attn_output.weight")) return attn_output_type(p, base, m);
+  if (contains(name, "attn_qkv.weight")) {  // fused Q/K/V (Phi-3 and others)
+    if (p == P::Q3_K_M || p == P::Q3_K_L) return DType::Q4_K;
+    if (p == P::Q4_K_M) return DType::Q5_K;
+    if (p == P::Q5_K_M) return DType::Q6_K;
+  }
   return base;
 }
 
