@@ -94,7 +94,8 @@ Command add_quantize_command(CLI::App& app) {
   cmd->add_option("output", o->output, "GGUF file to write")->required();
   cmd->add_option("--type", o->type, "Preset: " + quant_preset_names())->required();
   cmd->add_option("--tokenizer", o->tokenizer,
-                  "Tokenizer file (llama2.c tokenizer.bin) overriding the one beside the model");
+                  "Tokenizer (llama2.c tokenizer.bin, HF tokenizer.json) overriding the one beside "
+                  "the model; a GGUF input keeps its own");
   cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
   cmd->footer(presets_help());
   return [o] { return quantize_command(*o); };

@@ -12,9 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/core/error.h"
+#include "ember/core/quantize.h"
 #include "ember/formats/gguf.h"
 #include "ember/formats/safetensors.h"
+#include "ember/model/gguf_model_metadata.h"
 #include "ember/model/model_loader.h"
+#include "ember/model/weights.h"
 #include "ember/tokenizer/load_tokenizer.h"
 #include "test_util.h"
 #include "unit/engine/step_engine.h"
@@ -38,12 +41,13 @@ std::vector<float> random_values(size_t n, uint64_t seed, float scale, float off
   return v;
 }
 
-// A random Llama model as an HF directory (safetensors of `st_dtype`, "F32" or "BF16") with
-// SmolLM2's tokenizer.json copied beside it.
-fs::path write_hf_model(const std::string& name, const std::string& st_dtype, bool tied) {
+// A random Llama (or, with `qwen2`, Qwen2: q/k/v biases) model as an HF directory (safetensors of
+// `st_dtype`, "F32" or "BF16") with SmolLM2's tokenizer.json copied beside it.
+fs::path write_hf_model(const std::string& name, const std::string& st_dtype, bool tied,
+                        bool qwen2 = false) {
   const fs::path dir = test::scratch_dir(name);
-  nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
-                           {"model_type", "llama"},
+  nlohmann::json config = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+                           {"model_type", qwen2 ? "qwen2" : "llama"},
                            {"hidden_size", kDim},
                            {"intermediate_size", kFfn},
                            {"num_hidden_layers", kLayers},
@@ -78,6 +82,11 @@ fs::path write_hf_model(const std::string& name, const std::string& st_dtype, bo
     add(p + "self_attn.q_proj.weight", {kDim, kDim}, 0.2f, 0.0f);
     add(p + "self_attn.k_proj.weight", {kv, kDim}, 0.2f, 0.0f);
     add(p + "self_attn.v_proj.weight", {kv, kDim}, 0.2f, 0.0f);
+    if (qwen2) {
+      add(p + "self_attn.q_proj.bias", {kDim}, 0.1f, 0.0f);
+      add(p + "self_attn.k_proj.bias", {kv}, 0.1f, 0.0f);
+      add(p + "self_attn.v_proj.bias", {kv}, 0.1f, 0.0f);
+    }
     add(p + "self_attn.o_proj.weight", {kDim, kDim}, 0.2f, 0.0f);
     add(p + "post_attention_layernorm.weight", {kDim}, 0.1f, 1.0f);
     add(p + "mlp.gate_proj.weight", {kFfn, kDim}, 0.2f, 0.0f);
@@ -194,6 +203,24 @@ TEST(ModelQuantizer, HfBf16ToBf16GivesBitIdenticalLogits) {
   EXPECT_EQ(g.get_int("general.file_type"), 32);
 }
 
+// Qwen2 from HF: qwen2.* keys, q/k/v biases, rows as stored (GGUF's Qwen2 uses NEOX RoPE).
+TEST(ModelQuantizer, HfQwen2ToF32KeepsRowsAndBiases) {
+  REQUIRE_SMOLLM2_TOKENIZER();
+  const fs::path hf = write_hf_model("mq-hf-qwen2", "F32", /*tied=*/true, /*qwen2=*/true);
+  const fs::path out = hf / "qwen2.gguf";
+  quantize(hf, out, QuantPreset::F32);
+  expect_bit_identical(logits(hf.string()), logits(out.string()));
+  const GgufFile g(out.string());
+  EXPECT_EQ(g.get_string("general.architecture"), "qwen2");
+  EXPECT_EQ(g.get_int("qwen2.block_count"), kLayers);
+  EXPECT_EQ(g.find_tensor("blk.1.attn_k.bias")->shape, (std::vector<int64_t>{kKvHeads * 16}));
+  const SafetensorsFile st((hf / "model.safetensors").string());
+  for (const TensorView& v : st.tensors()) {
+    if (v.name != "model.layers.1.self_attn.q_proj.weight") continue;
+    EXPECT_EQ(std::memcmp(g.view(*g.find_tensor("blk.1.attn_q.weight")).data, v.data, v.nbytes), 0);
+  }
+}
+
 // Q8_0 rounds each row on its own, so the file holds what `--dtype q8_0` builds from the HF
 // directory at load: the same logits, bit for bit.
 TEST(ModelQuantizer, HfF32ToQ8_0MatchesQuantizingAtLoad) {
@@ -294,6 +321,68 @@ TEST(ModelQuantizer, QuantizedSourceRetypedToF16) {
   quantize(src, out, QuantPreset::F16);
   EXPECT_EQ(GgufFile(out.string()).find_tensor("blk.0.ffn_up.weight")->dtype, DType::F16);
   expect_bit_identical(logits(src.string(), DType::F16), logits(out.string()));
+}
+
+// Any architecture's GGUF is re-typed: Mixtral's 3-D expert tensors are quantized expert by
+// expert, row by row; its router (ffn_gate_inp) and norms stay F32; every key is kept.
+TEST(ModelQuantizer, MixtralExpertsRetypedRowByRow) {
+  const fs::path src = test::fixture("models/moe-zoo/mixtral.gguf");
+  EMBER_REQUIRE_FIXTURE(src);
+  const fs::path out = test::scratch_dir("mq-mixtral") / "q8.gguf";
+  quantize(src, out, QuantPreset::Q8_0);
+  const GgufFile in(src.string()), g(out.string());
+  EXPECT_EQ(g.get_int("llama.expert_count"), 8);
+  EXPECT_EQ(g.metadata().size(), in.metadata().size() + 1);  // + general.quantization_version
+  ASSERT_EQ(g.tensors().size(), in.tensors().size());
+  EXPECT_EQ(g.find_tensor("blk.1.ffn_gate_inp.weight")->dtype, DType::F32);
+  EXPECT_EQ(g.find_tensor("blk.1.ffn_norm.weight")->dtype, DType::F32);
+  for (const GgufTensorInfo& t : g.tensors()) {
+    const GgufTensorInfo* s = in.find_tensor(t.name);
+    ASSERT_NE(s, nullptr) << t.name;
+    EXPECT_EQ(t.shape, s->shape) << t.name;
+    if (t.dtype != DType::Q8_0) continue;
+    const int64_t cols = t.shape.back(), rows = in.view(*s).numel() / cols;
+    const int64_t row_bytes = dtype_row_bytes(DType::Q8_0, cols);
+    std::vector<uint8_t> expected(static_cast<size_t>(row_bytes));
+    const auto* x = reinterpret_cast<const float*>(in.view(*s).data);
+    for (int64_t r = 0; r < rows; ++r) {
+      convert_row(x + r * cols, DType::Q8_0, expected.data(), cols);
+      ASSERT_EQ(std::memcmp(g.view(t).data + r * row_bytes, expected.data(), row_bytes), 0)
+          << t.name << " row " << r;
+    }
+  }
+}
+
+// Qwen2 (NEOX RoPE: rows are never reordered) through the same path, loading as --dtype would.
+TEST(ModelQuantizer, Qwen2GgufToF16LoadsAsLoadTimeConversion) {
+  const fs::path src = test::fixture("models/family-zoo/qwen2.gguf");
+  EMBER_REQUIRE_FIXTURE(src);
+  const fs::path out = test::scratch_dir("mq-qwen2") / "f16.gguf";
+  quantize(src, out, QuantPreset::F16);
+  EXPECT_EQ(GgufFile(out.string()).find_tensor("blk.0.attn_q.bias")->dtype, DType::F32);
+  expect_bit_identical(logits(src.string(), DType::F16), logits(out.string()));
+}
+
+// Llama 3 RoPE scaling goes into rope_freqs.weight as GGUF stores it: divisors of the plain
+// inverse frequencies, 1 for short wavelengths, `factor` for long ones, smooth in between.
+TEST(ModelQuantizer, Llama3RopeFreqFactors) {
+  ModelConfig c;
+  c.rope_dim = 64;
+  c.rope_theta = 500000.0f;
+  EXPECT_TRUE(rope_freq_factors(c).empty());
+  c.rope_scaling = RopeScaling::Llama3;
+  c.rope_factor = 32.0f;
+  const std::vector<float> factors = rope_freq_factors(c);
+  ASSERT_EQ(factors.size(), 32u);
+  EXPECT_FLOAT_EQ(factors.front(), 1.0f);
+  EXPECT_FLOAT_EQ(factors.back(), 32.0f);
+  ModelConfig plain = c;
+  plain.rope_scaling = RopeScaling::None;
+  const auto scaled = rope_inverse_frequencies(c), unscaled = rope_inverse_frequencies(plain);
+  for (size_t i = 0; i < factors.size(); ++i) {
+    EXPECT_GE(factors[i], 1.0f);
+    EXPECT_NEAR(unscaled[i] / factors[i], scaled[i], 1e-6 * scaled[i]) << i;
+  }
 }
 
 // A preset whose quantizer this build lacks fails before writing anything, naming the type.
