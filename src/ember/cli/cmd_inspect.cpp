@@ -1,5 +1,7 @@
 // `ember inspect`: headers only — tensor table, architecture numbers, parameter counts per
-// component, KV-cache bytes per token and for --ctx N x --batch B. No weight is read.
+// component, KV-cache bytes per token and for --ctx N x --batch B, the weights' bits per weight
+// and, for GGUF files, the llama-quantize preset whose per-tensor types they have. No weight is
+// read.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +13,8 @@
 #include "ember/core/error.h"
 #include "ember/formats/gguf.h"
 #include "ember/model/checkpoint.h"
+#include "ember/model/quant_presets.h"
+#include "ember/model/quantize_plan.h"
 #include "ember/model/tensor_names.h"
 
 namespace ember::cli {
@@ -31,6 +35,7 @@ struct TensorRow {
   std::string dtype;
   int64_t numel = 0;
   TensorComponent component = TensorComponent::Other;
+  uint64_t nbytes = 0;
 };
 
 // 1234567 -> "1,234,567" (built front to back: GCC 12 warns, falsely, on string::insert here).
@@ -69,12 +74,16 @@ std::vector<TensorRow> tensor_rows(const Checkpoint& ckpt, const InspectOptions&
     for (const auto& e : expected_tensors(ckpt.config)) {
       TensorRow r{e.name, e.shape, e.is_matrix ? dname : "f32", 1, classify_tensor(e.name)};
       for (int64_t d : e.shape) r.numel *= d;
+      const DType d = *dtype_from_name(r.dtype);
+      r.nbytes = static_cast<uint64_t>(
+          r.numel / e.shape.back() *
+          dtype_row_bytes(dtype_fitting_row(d, e.shape.back(), DType::BF16), e.shape.back()));
       rows.push_back(r);
     }
   } else {
     for (const auto& t : ckpt.all_tensors) {
       rows.push_back({t.stored_name, t.view.shape, dtype_name(t.view.dtype), t.view.numel(),
-                      classify_tensor(t.stored_name)});
+                      classify_tensor(t.stored_name), t.view.nbytes});
     }
   }
   std::sort(rows.begin(), rows.end(),
@@ -88,14 +97,44 @@ struct Totals {
   int64_t total = 0;
   int64_t ctx = 0;
   std::map<std::string, int64_t> kv_per_token;  // bytes, by cache dtype
+  uint64_t tensor_bytes = 0;
+  // GGUF files: the presets whose per-tensor types the file has (usually one; empty for none).
+  std::vector<std::string> presets;
+  double bits_per_weight() const {
+    return total > 0 ? 8.0 * static_cast<double>(tensor_bytes) / static_cast<double>(total) : 0.0;
+  }
 };
 
-Totals compute_totals(const std::vector<TensorRow>& rows, const ModelConfig& c,
+std::vector<std::string> matching_preset_names(const Checkpoint& ckpt) {
+  if (!ckpt.gguf) return {};
+  std::vector<QuantTensorShape> shapes;
+  std::vector<DType> types;
+  for (const GgufTensorInfo& t : ckpt.gguf->tensors()) {
+    shapes.push_back({t.name, t.shape});
+    types.push_back(t.dtype);
+  }
+  QuantModelShape model;
+  try {
+    model = quant_model_shape(*ckpt.gguf);
+  } catch (const Error&) {
+    return {};  // no layer count: the layer rules cannot be applied
+  }
+  std::vector<std::string> names;
+  for (QuantPreset p : matching_presets(shapes, types, model)) {
+    names.push_back(quant_preset_info(p).name);
+  }
+  return names;
+}
+
+Totals compute_totals(const std::vector<TensorRow>& rows, const Checkpoint& ckpt,
                       const InspectOptions& o) {
+  const ModelConfig& c = ckpt.config;
   Totals t;
+  t.presets = matching_preset_names(ckpt);
   for (const auto& r : rows) {
     t.params[component_name(r.component)] += r.numel;
     t.total += r.numel;
+    t.tensor_bytes += r.nbytes;
   }
   t.ctx = o.ctx > 0 ? o.ctx : c.max_position_embeddings;
   // K and V, every layer: L x 2 x n_kv x head_dim elements per token.
@@ -143,7 +182,20 @@ void print_json(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
         {{"name", r.name}, {"shape", r.shape}, {"dtype", r.dtype}, {"numel", r.numel}});
   }
   j["tensors"] = tensors;
+  nlohmann::ordered_json quant = {{"tensor_bytes", t.tensor_bytes},
+                                  {"bits_per_weight", t.bits_per_weight()}};
+  quant["preset"] = t.presets.size() == 1 ? nlohmann::ordered_json(t.presets[0]) : nullptr;
+  quant["matching_presets"] = t.presets;
+  j["quantization"] = quant;
   std::printf("%s\n", j.dump(2).c_str());
+}
+
+// "Q4_K_M", "Q4_K_S or Q4_K_M", or a note that none matches.
+std::string preset_text(const std::vector<std::string>& presets) {
+  if (presets.empty()) return "none (the per-tensor types match no llama-quantize preset)";
+  std::string out;
+  for (size_t i = 0; i < presets.size(); ++i) out += (i ? " or " : "") + presets[i];
+  return out;
 }
 
 void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, const Totals& t,
@@ -168,6 +220,9 @@ void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
   std::printf("  vocab %lld, rope theta %g, rms eps %g, max positions %lld, tied embeddings %s\n",
               (long long)c.vocab_size, c.rope_theta, c.rms_norm_eps,
               (long long)c.max_position_embeddings, c.tie_word_embeddings ? "yes" : "no");
+  std::printf("\nweights:  %s bytes, %.2f bits per weight\n",
+              with_commas(static_cast<int64_t>(t.tensor_bytes)).c_str(), t.bits_per_weight());
+  if (ckpt.gguf) std::printf("preset:   %s\n", preset_text(t.presets).c_str());
   std::printf("\nparameters:\n");
   for (const char* k : {"embeddings", "attention", "mlp", "norms", "lm_head", "other"}) {
     if (t.params.count(k)) std::printf("  %-11s %16s\n", k, with_commas(t.params.at(k)).c_str());
@@ -192,7 +247,7 @@ void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
 int inspect_command(const InspectOptions& o) {
   const Checkpoint ckpt = open_headers(o);
   const std::vector<TensorRow> rows = tensor_rows(ckpt, o);
-  const Totals totals = compute_totals(rows, ckpt.config, o);
+  const Totals totals = compute_totals(rows, ckpt, o);
   if (o.json) {
     print_json(ckpt, rows, totals, o);
   } else {

@@ -1,4 +1,5 @@
-// ember: an LLM inference engine. Subcommands: run, chat, serve, inspect, tokenize, score, bench.
+// ember: an LLM inference engine. Subcommands: run, chat, serve, inspect, tokenize, score, bench,
+// quantize.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
       {"tokenize", ember::cli::add_tokenize_command(app)},
       {"score", ember::cli::add_score_command(app)},
       {"bench", ember::cli::add_bench_command(app)},
+      {"quantize", ember::cli::add_quantize_command(app)},
   };
   try {
     app.parse(argc, argv);

@@ -2,15 +2,23 @@
 
 #include <cctype>
 #include <map>
+#include <utility>
 
 namespace ember {
 
-std::optional<std::string> hf_name_from_gguf(const std::string& gguf_name) {
+namespace {
+
+const std::map<std::string, std::string>& gguf_top_level() {
   static const std::map<std::string, std::string> kTopLevel = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
       {"output.weight", "lm_head.weight"},
   };
+  return kTopLevel;
+}
+
+// GGUF suffix after "blk.N." -> HF suffix after "model.layers.N.".
+const std::map<std::string, std::string>& gguf_per_layer() {
   static const std::map<std::string, std::string> kPerLayer = {
       {"attn_norm.weight", "input_layernorm.weight"},
       {"attn_q.weight", "self_attn.q_proj.weight"},
@@ -25,17 +33,46 @@ std::optional<std::string> hf_name_from_gguf(const std::string& gguf_name) {
       {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
   };
-  if (auto it = kTopLevel.find(gguf_name); it != kTopLevel.end()) return it->second;
-  if (gguf_name.rfind("blk.", 0) != 0) return std::nullopt;
-  size_t dot = gguf_name.find('.', 4);
-  if (dot == std::string::npos || dot == 4) return std::nullopt;
-  std::string layer = gguf_name.substr(4, dot - 4);
+  return kPerLayer;
+}
+
+// "<prefix><digits>.<rest>" -> (digits, rest); nullopt when the name does not look like that.
+std::optional<std::pair<std::string, std::string>> split_layer(const std::string& name,
+                                                               const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  const size_t start = prefix.size();
+  const size_t dot = name.find('.', start);
+  if (dot == std::string::npos || dot == start) return std::nullopt;
+  std::string layer = name.substr(start, dot - start);
   for (char c : layer) {
     if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
   }
-  auto it = kPerLayer.find(gguf_name.substr(dot + 1));
+  return std::make_pair(layer, name.substr(dot + 1));
+}
+
+}  // namespace
+
+std::optional<std::string> hf_name_from_gguf(const std::string& gguf_name) {
+  const auto& kTopLevel = gguf_top_level();
+  const auto& kPerLayer = gguf_per_layer();
+  if (auto it = kTopLevel.find(gguf_name); it != kTopLevel.end()) return it->second;
+  const auto parts = split_layer(gguf_name, "blk.");
+  if (!parts) return std::nullopt;
+  auto it = kPerLayer.find(parts->second);
   if (it == kPerLayer.end()) return std::nullopt;
-  return "model.layers." + layer + "." + it->second;
+  return "model.layers." + parts->first + "." + it->second;
+}
+
+std::optional<std::string> gguf_name_from_hf(const std::string& hf_name) {
+  for (const auto& [gguf, hf] : gguf_top_level()) {
+    if (hf == hf_name) return gguf;
+  }
+  const auto parts = split_layer(hf_name, "model.layers.");
+  if (!parts) return std::nullopt;
+  for (const auto& [gguf, hf] : gguf_per_layer()) {
+    if (hf == parts->second) return "blk." + parts->first + "." + gguf;
+  }
+  return std::nullopt;
 }
 
 const char* component_name(TensorComponent component) {

@@ -15,6 +15,9 @@ namespace ember {
 // "blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight"; nullopt for GGUF tensors
 // ember does not use (e.g. rope_freqs.weight is handled separately).
 std::optional<std::string> hf_name_from_gguf(const std::string& gguf_name);
+// The inverse: "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight"; nullopt for
+// names with no GGUF counterpart here.
+std::optional<std::string> gguf_name_from_hf(const std::string& hf_name);
 
 enum class TensorComponent : uint8_t { Embedding, Attention, Mlp, Norm, LmHead, Other };
 const char* component_name(TensorComponent component);

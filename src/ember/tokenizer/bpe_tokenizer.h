@@ -83,6 +83,9 @@ class BpeTokenizer : public Tokenizer {
   bool strip_space_after_bos() const override { return false; }
 
   BpeTokenKind token_kind(int32_t id) const;
+  // What the tokenizer was built from (tokens, kinds, merges in rank order, pre-tokenizer), for
+  // writing it out again (GGUF metadata); added_tokens is empty here (moved into added_tokens()).
+  const BpeVocab& vocab() const { return vocab_; }
   // Id of the token spelled exactly `spelling` (byte alphabet for normal tokens), or -1.
   int32_t find_token(std::string_view spelling) const;
   size_t num_merges() const { return vocab_.merges.size(); }

@@ -1,0 +1,136 @@
+#include "ember/model/gguf_model_metadata.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numbers>
+
+#include "ember/core/error.h"
+#include "ember/formats/gguf_writer.h"
+#include "ember/model/model_loader.h"
+#include "ember/model/weights.h"
+#include "ember/tokenizer/bpe_tokenizer.h"
+#include "ember/tokenizer/chat_template.h"
+#include "ember/tokenizer/gguf_tokenizer_metadata.h"
+#include "ember/tokenizer/spm_tokenizer.h"
+
+namespace ember {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+uint32_t u32_of(int64_t v, const std::string& what) {
+  if (v < 0 || v > UINT32_MAX) {
+    throw Error(ErrorKind::InvalidArgument, what + " " + std::to_string(v) + " does not fit GGUF");
+  }
+  return static_cast<uint32_t>(v);
+}
+
+std::string model_name(const Checkpoint& ckpt) {
+  fs::path p(ckpt.path);
+  if (p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  return fs::is_directory(p) ? p.filename().string() : p.stem().string();
+}
+
+void add_architecture(GgufWriter& w, const Checkpoint& ckpt) {
+  const ModelConfig& c = ckpt.config;
+  const std::string a = c.architecture + ".";
+  auto u32 = [&](const std::string& key, int64_t v) {
+    w.set(a + key, gguf_value::u32(u32_of(v, key)));
+  };
+  w.set("general.architecture", gguf_value::string(c.architecture));
+  w.set("general.name", gguf_value::string(model_name(ckpt)));
+  u32("context_length", c.max_position_embeddings);
+  u32("embedding_length", c.d_model);
+  u32("feed_forward_length", c.d_ffn);
+  u32("block_count", c.n_layers);
+  u32("attention.head_count", c.n_heads);
+  u32("attention.head_count_kv", c.n_kv_heads);
+  if (c.head_dim * c.n_heads != c.d_model) {
+    u32("attention.key_length", c.head_dim);
+    u32("attention.value_length", c.head_dim);
+  }
+  w.set(a + "rope.freq_base", gguf_value::f32(c.rope_theta));
+  w.set(a + "attention.layer_norm_rms_epsilon", gguf_value::f32(c.rms_norm_eps));
+  u32("rope.dimension_count", c.rope_dim);
+  u32("vocab_size", c.vocab_size);
+}
+
+nlohmann::json read_json_object(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+// The pad token the source names: tokenizer_config.json's pad_token (a string or {"content": ...})
+// beside the tokenizer, else config.json's pad_token_id.
+std::optional<int32_t> pad_token_id(const Checkpoint& ckpt, const Tokenizer& tokenizer) {
+  if (ckpt.tokenizer_path.empty()) return std::nullopt;
+  const fs::path dir = fs::path(ckpt.tokenizer_path).parent_path();
+  const nlohmann::json tok_config = read_json_object(dir / "tokenizer_config.json");
+  if (tok_config.contains("pad_token")) {
+    const nlohmann::json& pad = tok_config["pad_token"];
+    const nlohmann::json& text = pad.is_object() ? pad.value("content", nlohmann::json()) : pad;
+    if (!text.is_string()) return std::nullopt;
+    int32_t id = -1;
+    if (const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tokenizer)) {
+      id = bpe->find_token(text.get<std::string>());
+    } else if (const auto* spm = dynamic_cast<const SpmTokenizer*>(&tokenizer)) {
+      id = spm->find_piece(text.get<std::string>());
+    }
+    return id >= 0 ? std::optional<int32_t>(id) : std::nullopt;
+  }
+  const nlohmann::json config = read_json_object(dir / "config.json");
+  const nlohmann::json& id = config.value("pad_token_id", nlohmann::json());
+  if (id.is_number_integer() && id.get<int64_t>() >= 0 &&
+      id.get<int64_t>() < tokenizer.vocab_size()) {
+    return static_cast<int32_t>(id.get<int64_t>());
+  }
+  return std::nullopt;
+}
+
+void add_tokenizer(GgufWriter& w, const Checkpoint& ckpt) {
+  try {
+    const std::unique_ptr<Tokenizer> tokenizer = load_checkpoint_tokenizer(ckpt);
+    TokenizerExportOptions o;
+    o.vocab_size = ckpt.config.vocab_size;
+    o.pad_id = pad_token_id(ckpt, *tokenizer);
+    o.chat_template = find_chat_template_source(ckpt.path, nullptr);
+    add_tokenizer_metadata(w, *tokenizer, o);
+  } catch (const Error& e) {
+    throw Error(e.kind(), ckpt.path + ": cannot write the tokenizer into the GGUF file: " +
+                              std::string(e.what()));
+  }
+}
+
+}  // namespace
+
+void add_model_metadata(GgufWriter& writer, const Checkpoint& checkpoint) {
+  add_architecture(writer, checkpoint);
+  add_tokenizer(writer, checkpoint);
+}
+
+std::vector<float> rope_freq_factors(const ModelConfig& config) {
+  if (config.rope_scaling != RopeScaling::Llama3) return {};
+  ModelConfig plain = config;
+  plain.rope_scaling = RopeScaling::None;
+  const std::vector<float> scaled = rope_inverse_frequencies(config);
+  const std::vector<float> unscaled = rope_inverse_frequencies(plain);
+  std::vector<float> factors(scaled.size());
+  for (size_t i = 0; i < scaled.size(); ++i) {
+    factors[i] = static_cast<float>(static_cast<double>(unscaled[i]) / scaled[i]);
+  }
+  return factors;
+}
+
+void set_quantization_metadata(GgufWriter& writer, QuantPreset preset) {
+  writer.erase("general.quantization_version");
+  writer.erase("general.file_type");
+  writer.set("general.quantization_version", gguf_value::u32(2));
+  writer.set("general.file_type", gguf_value::u32(quant_preset_info(preset).file_type));
+}
+
+}  // namespace ember
