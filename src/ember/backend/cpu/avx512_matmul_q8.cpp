@@ -31,9 +31,16 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
     return avx2::matmul_q8(xq, T, w, y, ldy, row_begin, row_end);
   }
   if (row_begin >= row_end) return;
-  if (w.dtype == DType::Q8_0)
-    return matmul_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
-  matmul_dtype<DType::Q4_0>(xq, T, w, y, ldy, row_begin, row_end);
+  switch (w.dtype) {
+    case DType::Q8_0:
+      return matmul_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
+    case DType::Q5_0:
+      return matmul_dtype<DType::Q5_0>(xq, T, w, y, ldy, row_begin, row_end);
+    case DType::IQ4_NL:
+      return matmul_dtype<DType::IQ4_NL>(xq, T, w, y, ldy, row_begin, row_end);
+    default:
+      return matmul_dtype<DType::Q4_0>(xq, T, w, y, ldy, row_begin, row_end);
+  }
 }
 
 }  // namespace ember::cpu::avx512
