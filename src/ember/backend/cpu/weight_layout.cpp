@@ -44,7 +44,7 @@ namespace {
 // (interleaved 4 at a time as qs[c][r][4]). qh_field: the index of q5_0's fifth-bit word, which
 // is rearranged (q5_word_from_qh), or -1.
 struct BlockFields {
-  int sizes[2];
+  int sizes[3];
   int n_fields;
   int qh_field;
   int qs_bytes;
@@ -53,11 +53,15 @@ struct BlockFields {
 BlockFields block_fields(DType dtype) {
   switch (dtype) {
     case DType::Q8_0:
-      return {{2, 0}, 1, -1, 32};
+      return {{2, 0, 0}, 1, -1, 32};
     case DType::Q5_0:
-      return {{2, 4}, 2, 1, 16};
+      return {{2, 4, 0}, 2, 1, 16};
+    case DType::Q4_1:
+      return {{2, 2, 0}, 2, -1, 16};
+    case DType::Q5_1:
+      return {{2, 2, 4}, 3, 2, 16};
     default:  // q4_0, iq4_nl
-      return {{2, 0}, 1, -1, 16};
+      return {{2, 0, 0}, 1, -1, 16};
   }
 }
 
@@ -97,7 +101,8 @@ void move_block(DType dtype, const uint8_t* from, uint8_t* to, int r) {
 
 WeightMatrix interleave_rows(const WeightMatrix& src, void* dst) {
   if (src.layout != WeightLayout::Rows || !has_interleaved_layout(src.dtype)) {
-    throw Error("interleave_rows: want a q8_0/q4_0/q5_0/iq4_nl matrix in the Rows layout");
+    throw Error(
+        "interleave_rows: want a q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl matrix in the Rows layout");
   }
   const int64_t rb = src.row_bytes, nb = src.n_cols / kQuantBlock;
   const int64_t group_bytes = kInterleavedRows * rb;

@@ -1,8 +1,9 @@
-// The Interleaved8 layout of q8_0 / q4_0 / q5_0 / iq4_nl matrices (WeightLayout in kernels.h),
-// made once at load.
+// The Interleaved8 layout of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl matrices (WeightLayout in
+// kernels.h), made once at load.
 //
 // Rows are taken in groups of 8 (the last group zero-padded). For each block index b a group
-// stores the 8 rows' blocks side by side: their 8 f16 scales (q5_0: then their 8 high-bit words),
+// stores the 8 rows' blocks side by side: their 8 f16 scales (q4_1 / q5_1: then their 8 mins;
+// q5_0 / q5_1: then their 8 high-bit words),
 // then their quants interleaved 4 bytes at a time, so one 32-byte load holds the same 4 consecutive
 // bytes of all 8 rows, one row per 32-bit lane. A decode kernel multiplies that against 4
 // activation bytes broadcast to every lane and gets 8 rows' partial dot products in one vector: no
@@ -54,10 +55,35 @@ static_assert(sizeof(BlockQ5_0x8) == kInterleavedRows * sizeof(BlockQ5_0));
 uint32_t q5_word_from_qh(uint32_t qh);
 uint32_t qh_from_q5_word(uint32_t word);
 
+// q4_1 / q5_1: as q4_0 / q5_0 with the 8 rows' f16 mins after their scales.
+struct BlockQ4_1x8 {
+  uint16_t d[kInterleavedRows];
+  uint16_t m[kInterleavedRows];
+  uint8_t qs[4][kInterleavedRows][4];
+};
+static_assert(sizeof(BlockQ4_1x8) == kInterleavedRows * sizeof(BlockQ4_1));
+
+struct BlockQ5_1x8 {
+  uint16_t d[kInterleavedRows];
+  uint16_t m[kInterleavedRows];
+  uint8_t qh[kInterleavedRows][4];  // as BlockQ5_0x8::qh
+  uint8_t qs[4][kInterleavedRows][4];
+};
+static_assert(sizeof(BlockQ5_1x8) == kInterleavedRows * sizeof(BlockQ5_1));
+
 // The dtypes that have an Interleaved8 layout.
 inline bool has_interleaved_layout(DType dtype) {
-  return dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q5_0 ||
-         dtype == DType::IQ4_NL;
+  switch (dtype) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Bytes of one interleaved block (8 rows' blocks) of an interleaved dtype.
@@ -67,6 +93,10 @@ constexpr int64_t interleaved_block_bytes(DType dtype) {
       return sizeof(BlockQ8_0x8);
     case DType::Q5_0:
       return sizeof(BlockQ5_0x8);
+    case DType::Q4_1:
+      return sizeof(BlockQ4_1x8);
+    case DType::Q5_1:
+      return sizeof(BlockQ5_1x8);
     default:  // q4_0, iq4_nl
       return sizeof(BlockQ4_0x8);
   }

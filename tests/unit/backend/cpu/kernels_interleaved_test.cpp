@@ -24,7 +24,8 @@ using test::make_weights;
 using test::random_floats;
 using test::supported_isas;
 
-constexpr DType kQuantized[] = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::IQ4_NL};
+constexpr DType kQuantized[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                DType::Q5_0, DType::Q5_1, DType::IQ4_NL};
 constexpr WeightLayout kInterleaved = WeightLayout::Interleaved8;
 
 bool same_bits(float a, float b) {
@@ -70,7 +71,7 @@ TEST(KernelsInterleaved, EveryBlockRoundTripsAndPaddingIsZero) {
             } else if (dtype == DType::Q5_0) {
               const BlockQ5_0 blk = q5_0_block(il.view, r, b);
               ASSERT_EQ(std::memcmp(&blk, w, sizeof blk), 0) << "row " << r << " block " << b;
-            } else {
+            } else if (dtype == DType::IQ4_NL) {
               const BlockIQ4_NL blk = iq4_nl_block(il.view, r, b);
               ASSERT_EQ(std::memcmp(&blk, w, sizeof blk), 0) << "row " << r << " block " << b;
             }
@@ -195,9 +196,9 @@ TEST(KernelsInterleaved, RowSplitsThreadsAndTokenCountsGiveTheSameBits) {
   }
 }
 
-// Fills a plain block of `dtype` with scale d and its quants at an extreme: pattern 0 every value
-// at the largest level (q4_0 +7, q8_0 +127, q5_0 +15, iq4_nl +113), 1 at the smallest (-8, -128,
-// -16, -127), 2 alternating the two.
+// Fills a plain block of `dtype` with scale d (and min d) and its quants at an extreme: pattern 0
+// every value at the largest level (q4_0 +7, q8_0 +127, q5_0 +15, iq4_nl +113, q4_1 15, q5_1 31),
+// 1 at the smallest (-8, -128, -16, -127, 0, 0), 2 mixing the two.
 void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
   const uint8_t hi_nibble = pattern == 1 ? 0x00 : 0xff, lo_nibble = pattern == 0 ? 0xff : 0x00;
   const uint8_t nibbles = static_cast<uint8_t>((hi_nibble & 0xf0) | (lo_nibble & 0x0f));
@@ -209,12 +210,19 @@ void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
         blk[2 + i] = static_cast<uint8_t>(top ? 127 : -128);
       }
       break;
-    case DType::Q5_0: {
+    case DType::Q5_0:
+    case DType::Q5_1: {
+      const int at = dtype == DType::Q5_1 ? 4 : 2;  // q5_1: the min after d
+      std::memcpy(blk + 2, &d, at - 2);
       const uint32_t qh = pattern == 0 ? 0xffffffffu : pattern == 1 ? 0u : 0xffff0000u;
-      std::memcpy(blk + 2, &qh, 4);  // pattern 2: values 16..31 at +15, 0..15 at -16
-      std::memset(blk + 6, nibbles, 16);
+      std::memcpy(blk + at, &qh, 4);  // pattern 2: values 16..31 at the top, 0..15 at the bottom
+      std::memset(blk + at + 4, nibbles, 16);
       break;
     }
+    case DType::Q4_1:
+      std::memcpy(blk + 2, &d, 2);
+      std::memset(blk + 4, nibbles, 16);
+      break;
     default:  // q4_0, iq4_nl
       std::memset(blk + 2, nibbles, 16);
       break;
@@ -222,9 +230,10 @@ void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
 }
 
 // The extremes of the integer arithmetic: q4_0 sums a block's 8 pair products in int16 (at most
-// 8 * 2 * 15 * 127 = 30480), q5_0 4 of them (4 * 2 * 31 * 127 = 31496), q8_0 takes -128 and
-// iq4_nl -127 through the sign trick. Every weight and activation at its extreme (and zero scales)
-// must still give the exact block dots, at decode and prefill T, in a padded last group.
+// 8 * 2 * 15 * 127 = 30480; q4_1 alike), q5_0 / q5_1 4 of them (4 * 2 * 31 * 127 = 31496), q8_0
+// takes -128 and iq4_nl -127 through the sign trick. Every weight and activation at its extreme
+// (and zero scales) must still give the exact block dots, at decode and prefill T, in a padded last
+// group.
 TEST(KernelsInterleaved, ExtremeQuantsAndZeroScalesGiveExactDots) {
   const int64_t N = 13, K = 64;
   const uint16_t one = f32_to_f16(1.0f), zero = f32_to_f16(0.0f);
