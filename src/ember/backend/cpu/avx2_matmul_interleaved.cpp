@@ -17,6 +17,8 @@
 //   q5_0: u = nibble | fifth bit << 4 in 0..31 (the fifth bits shifted into place from one
 //         rearranged word per row, weight_layout.h): a maddubs lane is at most 2 * 31 * 127 =
 //         7874, so 4 are summed in int16 (<= 31496) before each madd; offset 16 * sum(x).
+//   q4_1 / q5_1: u as q4_0 / q5_0 (same int16 bounds), no offset; the 8 rows' f16 mins add
+//         m * d_x * sum(x) per block.
 //   q8_0: the sign trick (|w| times x carrying w's sign); a maddubs lane can reach 2 * 127 * 128,
 //         so each chunk is widened by madd before it is summed.
 //   iq4_nl: nibbles mapped to the levels kIq4nlValues (-127..113) by a byte shuffle, then the sign

@@ -1,8 +1,8 @@
-// AVX-512 (VNNI) q8_0/q4_0/q5_0/iq4_nl matmul against 8-bit activations: Interleaved8 matrices
-// (what the loader makes) run the shared interleaved tiles with vpdpbusd (AVX512_VNNI on 256-bit
-// vectors: on CPUs that execute 512-bit ops as two halves the wider form gains nothing, and the
-// 8-row groups fill a 256-bit vector exactly); Rows-layout matrices (--no-interleave) keep the AVX2
-// kernel.
+// AVX-512 (VNNI) q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl matmul against 8-bit activations: Interleaved8
+// matrices (what the loader makes) run the shared interleaved tiles with vpdpbusd (AVX512_VNNI on
+// 256-bit vectors: on CPUs that execute 512-bit ops as two halves the wider form gains nothing, and
+// the 8-row groups fill a 256-bit vector exactly); Rows-layout matrices (--no-interleave) keep the
+// AVX2 kernel.
 #include <algorithm>
 
 #include "ember/backend/cpu/avx2_prefetch.h"
