@@ -118,15 +118,24 @@ std::vector<uint8_t> random_blocks(DType dtype, int64_t N, int64_t K) {
   return w;
 }
 
-// args: dtype, K, N, T. T = 1 is decode (row dots on 8-bit activations), T = 64 prefill (the f32
-// GEMM on dequantized panels).
+// args: dtype, K, N, T, interleaved. Rows layout: T = 1 is decode (row dots on 8-bit
+// activations), T = 64 prefill (the f32 GEMM on dequantized panels). Interleaved (q5_0, iq4_nl:
+// the layout the loader makes): the integer tiles at every T.
 void BM_MatmulBlockTypes(benchmark::State& state) {
   const auto dtype = static_cast<DType>(state.range(0));
   const int64_t K = state.range(1), N = state.range(2), T = state.range(3);
-  const auto w = random_blocks(dtype, N, K);
-  const cpu::WeightMatrix wm{dtype, w.data(), N, K, ember::dtype_row_bytes(dtype, K)};
+  const bool interleaved = state.range(4) != 0;
+  auto w = random_blocks(dtype, N, K);
+  cpu::WeightMatrix wm{dtype, w.data(), N, K, ember::dtype_row_bytes(dtype, K)};
+  if (interleaved) {
+    w.resize(static_cast<size_t>(
+        cpu::weight_matrix_bytes(dtype, N, K, cpu::WeightLayout::Interleaved8)));
+    wm.data = w.data();
+    wm = cpu::interleave_rows(wm, w.data());
+  }
   run_matmul(state, wm, T);
-  state.SetLabel(std::string(ember::dtype_name(dtype)) + " " + cpu::isa_name(cpu::active_isa()));
+  state.SetLabel(std::string(ember::dtype_name(dtype)) + (interleaved ? " interleaved " : " ") +
+                 cpu::isa_name(cpu::active_isa()));
 }
 
 // The SmolLM2 FFN shapes (K x N) 576 x 1536 and 1536 x 576. Super-block types (256 values per
@@ -136,10 +145,13 @@ void MatmulBlockTypesArgs(benchmark::internal::Benchmark* b) {
                   DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS}) {
     const int64_t k_small = ember::dtype_block_elems(d) == 256 ? 768 : 576;
     for (auto [K, N] : {std::pair<int64_t, int64_t>{k_small, 1536}, {1536, 576}}) {
-      for (int64_t T : {1, 64}) b->Args({static_cast<int64_t>(d), K, N, T});
+      for (int64_t T : {1, 64}) {
+        b->Args({static_cast<int64_t>(d), K, N, T, 0});
+        if (cpu::has_interleaved_layout(d)) b->Args({static_cast<int64_t>(d), K, N, T, 1});
+      }
     }
   }
-  b->ArgNames({"dtype", "K", "N", "T"});
+  b->ArgNames({"dtype", "K", "N", "T", "interleaved"});
 }
 BENCHMARK(BM_MatmulBlockTypes)->Apply(MatmulBlockTypesArgs)->Unit(benchmark::kMicrosecond);
 

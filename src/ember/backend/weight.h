@@ -12,8 +12,8 @@ namespace ember {
 // How a matrix's rows sit in memory.
 enum class WeightLayout : uint8_t {
   Rows,          // row-major, each row row_bytes apart (every file format's layout)
-  Interleaved8,  // cpu backend, q8_0/q4_0 only: groups of 8 rows with their blocks interleaved,
-                 // the last group zero-padded (backend/cpu/weight_layout.h)
+  Interleaved8,  // cpu backend, q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl only: groups of 8 rows with their
+                 // blocks interleaved, the last group zero-padded (backend/cpu/weight_layout.h)
 };
 
 // W [n_rows, n_cols] in `dtype`; row_bytes = dtype_row_bytes(dtype, n_cols) is one row's size (in

@@ -139,7 +139,8 @@ struct BenchRun {
   int threads = 0;
   int64_t matrix_bytes = 0, copied_bytes = 0;
   BackendInfo backend;
-  bool interleaved = false;  // q8_0/q4_0 are interleaved at load unless --no-interleave
+  bool interleaved =
+      false;  // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl are interleaved at load unless --no-interleave
 };
 
 LLMEngineOptions bench_engine_options(const BenchOptions& o) {

@@ -52,7 +52,8 @@ void ModelOptions::add_to(CLI::App& app, unsigned sets) {
                "Seeded random weights from the config alone (no weight files read)");
   app.add_option("--dummy-seed", dummy_seed, "Seed of --dummy weights")->capture_default_str();
   app.add_flag("--no-interleave", no_interleave,
-               "Keep q8_0/q4_0 blocks in the file's layout (zero-copy) instead of interleaving "
+               "Keep q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl blocks in the file's layout (zero-copy) "
+               "instead of interleaving "
                "them 8 rows at a time for the decode kernels at load");
   app.add_flag("--no-mmap", no_mmap,
                "Copy matrices stored in the compute dtype out of the file into huge-page memory "

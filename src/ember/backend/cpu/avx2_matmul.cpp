@@ -199,6 +199,15 @@ EMBER_AVX2 void convert_panel(const WeightMatrix& wm, int64_t row0, const uint8_
                               int64_t row_bytes, int64_t rows, int64_t K, float* out, int64_t ldw,
                               const uint8_t* limit) {
   if constexpr (kDtype == kOtherBlockTypes) {
+    if (wm.layout == WeightLayout::Interleaved8) {  // q5_0 / iq4_nl: row by row as Rows bytes
+      thread_local std::vector<uint8_t> plain;
+      plain.resize(static_cast<size_t>(row_bytes));
+      for (int64_t i = 0; i < rows; ++i) {
+        rows_layout_row(wm, row0 + i, plain.data());
+        dequantize_rows(wm.dtype, plain.data(), row_bytes, 1, K, out + i * ldw, ldw);
+      }
+      return;
+    }
     dequantize_rows(wm.dtype, w, row_bytes, rows, K, out, ldw);
     return;
   } else if constexpr (kDtype == DType::Q8_0 || kDtype == DType::Q4_0) {

@@ -14,8 +14,15 @@
 //   q4_0: nibbles u = w + 8 in 0..15 times activations |x| <= 127: a maddubs lane (two products)
 //         is at most 3810 in magnitude, so the 8 maddubs of a block (4 chunks x low/high nibbles)
 //         are summed in int16 (<= 30480) before one madd; the offset is taken back as 8 * sum(x).
+//   q5_0: u = nibble | fifth bit << 4 in 0..31 (the fifth bits shifted into place from one
+//         rearranged word per row, weight_layout.h): a maddubs lane is at most 2 * 31 * 127 =
+//         7874, so 4 are summed in int16 (<= 31496) before each madd; offset 16 * sum(x).
+//   q4_1 / q5_1: u as q4_0 / q5_0 (same int16 bounds), no offset; the 8 rows' f16 mins add
+//         m * d_x * sum(x) per block.
 //   q8_0: the sign trick (|w| times x carrying w's sign); a maddubs lane can reach 2 * 127 * 128,
 //         so each chunk is widened by madd before it is summed.
+//   iq4_nl: nibbles mapped to the levels kIq4nlValues (-127..113) by a byte shuffle, then the sign
+//         trick as q8_0 (a maddubs lane up to 2 * 127 * 127 = 32258: one fits, two do not).
 //
 // Determinism: each output's sum runs over blocks in order with exact integer block dots, the same
 // for every NT, tile and row range, so any T gives the same bits (interleaved matrices take 8-bit
@@ -43,9 +50,20 @@ constexpr bool kUseVnni = false;
 void matmul_q8_interleaved(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
                            int64_t ldy, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
-  if (w.dtype == DType::Q8_0)
-    return matmul_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
-  matmul_dtype<DType::Q4_0>(xq, T, w, y, ldy, row_begin, row_end);
+  switch (w.dtype) {
+    case DType::Q8_0:
+      return matmul_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
+    case DType::Q5_0:
+      return matmul_dtype<DType::Q5_0>(xq, T, w, y, ldy, row_begin, row_end);
+    case DType::Q4_1:
+      return matmul_dtype<DType::Q4_1>(xq, T, w, y, ldy, row_begin, row_end);
+    case DType::Q5_1:
+      return matmul_dtype<DType::Q5_1>(xq, T, w, y, ldy, row_begin, row_end);
+    case DType::IQ4_NL:
+      return matmul_dtype<DType::IQ4_NL>(xq, T, w, y, ldy, row_begin, row_end);
+    default:
+      return matmul_dtype<DType::Q4_0>(xq, T, w, y, ldy, row_begin, row_end);
+  }
 }
 
 }  // namespace ember::cpu::avx2

@@ -7,6 +7,7 @@
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/kernels_isa.h"
 #include "ember/backend/cpu/quant_row_dot.h"
+#include "ember/backend/cpu/weight_layout.h"
 #include "ember/core/half.h"
 
 namespace ember::cpu::avx2 {
@@ -154,7 +155,7 @@ EMBER_AVX2 void store_kv(const float* x, int64_t n, DType dtype, void* out) {
 
 // Exact conversion of one row, 8 or 32 values at a time.
 EMBER_AVX2 void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
-  const auto* base = static_cast<const uint8_t*>(table.data) + row * table.row_bytes;
+  const uint8_t* base = static_cast<const uint8_t*>(table.data) + row * table.row_bytes;
   const int64_t n = table.n_cols;
   switch (table.dtype) {
     case DType::F32:
@@ -191,7 +192,13 @@ EMBER_AVX2 void dequantize_row(const WeightMatrix& table, int64_t row, float* ou
         for (int c = 0; c < 4; ++c) _mm256_storeu_ps(out + b * kQuantBlock + 8 * c, v[c]);
       }
       break;
-    default:  // the other block types (Rows layout only)
+    default:  // the other block types (interleaved q5_0 / iq4_nl: read back as Rows-layout bytes)
+      if (table.layout == WeightLayout::Interleaved8) {
+        thread_local std::vector<uint8_t> plain;
+        plain.resize(static_cast<size_t>(table.row_bytes));
+        rows_layout_row(table, row, plain.data());
+        base = plain.data();
+      }
       dequantize_rows(table.dtype, base, table.row_bytes, 1, n, out, n);
       break;
   }

@@ -2,6 +2,7 @@
 // block sums, double accumulation) and the portable scalar path (scalar::, float accumulation in
 // block order). Activations: per block of 32, d = max|x| / 127, q = round(x / d).
 #include <cmath>
+#include <vector>
 
 #include "ember/backend/cpu/kernels_isa.h"
 #include "ember/backend/cpu/quant_row_dot.h"
@@ -48,6 +49,24 @@ int32_t block_dot(const int8_t* a, const int8_t* b) {
   return s;
 }
 
+// matmul_q8_row_dots for either layout: an interleaved matrix (q5_0, iq4_nl) is read back one row
+// at a time as its Rows-layout bytes, so it never reaches a row dot interleaved.
+void row_dots_any_layout(QuantRowDot dot, const BlockQ8Act* xq, int64_t T, const WeightMatrix& w,
+                         float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+  if (w.layout == WeightLayout::Rows) {
+    return matmul_q8_row_dots(dot, nullptr, xq, T, w, y, ldy, row_begin, row_end);
+  }
+  std::vector<uint8_t> row(static_cast<size_t>(w.row_bytes));
+  WeightMatrix one = w;
+  one.data = row.data();
+  one.n_rows = 1;
+  one.layout = WeightLayout::Rows;
+  for (int64_t n = row_begin; n < row_end; ++n) {
+    rows_layout_row(w, n, row.data());
+    matmul_q8_row_dots(dot, nullptr, xq, T, one, y + n, ldy, 0, 1);
+  }
+}
+
 }  // namespace
 
 }  // namespace ember::cpu
@@ -64,7 +83,7 @@ void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out)
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end) {
   if (QuantRowDot dot = scalar::quant_row_dot(w.dtype)) {  // the other block types: exact
-    return matmul_q8_row_dots(dot, nullptr, xq, T, w, y, ldy, row_begin, row_end);
+    return row_dots_any_layout(dot, xq, T, w, y, ldy, row_begin, row_end);
   }
   const int64_t nb = w.n_cols / kQuantBlock;
   int8_t q[32];
@@ -96,7 +115,7 @@ void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out)
 void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                int64_t row_begin, int64_t row_end) {
   if (QuantRowDot dot = scalar::quant_row_dot(w.dtype)) {
-    return matmul_q8_row_dots(dot, nullptr, xq, T, w, y, ldy, row_begin, row_end);
+    return row_dots_any_layout(dot, xq, T, w, y, ldy, row_begin, row_end);
   }
   const int64_t nb = w.n_cols / kQuantBlock;
   int8_t q[32];

@@ -16,12 +16,98 @@ int64_t weight_matrix_bytes(DType dtype, int64_t n_rows, int64_t n_cols, WeightL
   return rows * dtype_row_bytes(dtype, n_cols);
 }
 
+uint32_t q5_word_from_qh(uint32_t qh) {
+  uint32_t word = 0;
+  for (uint32_t c = 0; c < 4; ++c) {
+    for (uint32_t i = 0; i < 4; ++i) {
+      word |= ((qh >> (4 * c + i)) & 1u) << (8 * i + c);
+      word |= ((qh >> (16 + 4 * c + i)) & 1u) << (8 * i + 4 + c);
+    }
+  }
+  return word;
+}
+
+uint32_t qh_from_q5_word(uint32_t word) {
+  uint32_t qh = 0;
+  for (uint32_t c = 0; c < 4; ++c) {
+    for (uint32_t i = 0; i < 4; ++i) {
+      qh |= ((word >> (8 * i + c)) & 1u) << (4 * c + i);
+      qh |= ((word >> (8 * i + 4 + c)) & 1u) << (16 + 4 * c + i);
+    }
+  }
+  return qh;
+}
+
+namespace {
+
+// A plain block as header fields (each interleaved as field[8], in order) then qs bytes
+// (interleaved 4 at a time as qs[c][r][4]). qh_field: the index of q5_0's fifth-bit word, which
+// is rearranged (q5_word_from_qh), or -1.
+struct BlockFields {
+  int sizes[3];
+  int n_fields;
+  int qh_field;
+  int qs_bytes;
+};
+
+BlockFields block_fields(DType dtype) {
+  switch (dtype) {
+    case DType::Q8_0:
+      return {{2, 0, 0}, 1, -1, 32};
+    case DType::Q5_0:
+      return {{2, 4, 0}, 2, 1, 16};
+    case DType::Q4_1:
+      return {{2, 2, 0}, 2, -1, 16};
+    case DType::Q5_1:
+      return {{2, 2, 4}, 3, 2, 16};
+    default:  // q4_0, iq4_nl
+      return {{2, 0, 0}, 1, -1, 16};
+  }
+}
+
+// Moves row r's block between its plain bytes and the 8-row block: kToX8 copies `from` (plain)
+// into `to` (8-row block), else `from` (8-row block) into `to` (plain).
+template <bool kToX8>
+void move_block(DType dtype, const uint8_t* from, uint8_t* to, int r) {
+  const BlockFields f = block_fields(dtype);
+  // Copies n bytes between plain offset p and 8-row offset x in the chosen direction.
+  auto copy = [&](int p, int x, int n) {
+    if constexpr (kToX8) {
+      std::memcpy(to + x, from + p, static_cast<size_t>(n));
+    } else {
+      std::memcpy(to + p, from + x, static_cast<size_t>(n));
+    }
+  };
+  int at_plain = 0, at_x8 = 0;
+  for (int i = 0; i < f.n_fields; ++i) {
+    const int n = f.sizes[i];
+    copy(at_plain, at_x8 + r * n, n);
+    if (i == f.qh_field) {  // rearrange the copied word in place
+      uint8_t* word = to + (kToX8 ? at_x8 + r * n : at_plain);
+      uint32_t v;
+      std::memcpy(&v, word, 4);
+      v = kToX8 ? q5_word_from_qh(v) : qh_from_q5_word(v);
+      std::memcpy(word, &v, 4);
+    }
+    at_plain += n;
+    at_x8 += kInterleavedRows * n;
+  }
+  for (int c = 0; c < f.qs_bytes / 4; ++c) {
+    copy(at_plain + 4 * c, at_x8 + (c * kInterleavedRows + r) * 4, 4);
+  }
+}
+
+}  // namespace
+
 WeightMatrix interleave_rows(const WeightMatrix& src, void* dst) {
   if (src.layout != WeightLayout::Rows || !has_interleaved_layout(src.dtype)) {
-    throw Error("interleave_rows: want a q8_0/q4_0 matrix in the Rows layout");
+    throw Error(
+        "interleave_rows: want a q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl matrix in the Rows layout");
   }
   const int64_t rb = src.row_bytes, nb = src.n_cols / kQuantBlock;
   const int64_t group_bytes = kInterleavedRows * rb;
+  const int64_t plain_bytes = dtype_block_bytes(src.dtype);
+  const int64_t x8_bytes = interleaved_block_bytes(src.dtype);
   std::vector<uint8_t> rows(static_cast<size_t>(group_bytes));  // one group's source rows
   const auto* in = static_cast<const uint8_t*>(src.data);
   auto* out = static_cast<uint8_t*>(dst);
@@ -32,18 +118,8 @@ WeightMatrix interleave_rows(const WeightMatrix& src, void* dst) {
     uint8_t* group = out + g0 * rb;
     for (int64_t b = 0; b < nb; ++b) {
       for (int r = 0; r < kInterleavedRows; ++r) {
-        const uint8_t* row = rows.data() + r * rb;
-        if (src.dtype == DType::Q4_0) {
-          const BlockQ4_0& from = reinterpret_cast<const BlockQ4_0*>(row)[b];
-          auto& to = reinterpret_cast<BlockQ4_0x8*>(group)[b];
-          to.d[r] = from.d;
-          for (int c = 0; c < 4; ++c) std::memcpy(to.qs[c][r], from.qs + 4 * c, 4);
-        } else {
-          const BlockQ8_0& from = reinterpret_cast<const BlockQ8_0*>(row)[b];
-          auto& to = reinterpret_cast<BlockQ8_0x8*>(group)[b];
-          to.d[r] = from.d;
-          for (int c = 0; c < 8; ++c) std::memcpy(to.qs[c][r], from.qs + 4 * c, 4);
-        }
+        move_block<true>(src.dtype, rows.data() + r * rb + b * plain_bytes, group + b * x8_bytes,
+                         r);
       }
     }
   }
@@ -55,30 +131,52 @@ WeightMatrix interleave_rows(const WeightMatrix& src, void* dst) {
 
 namespace {
 
-// Block b of `row` in either layout; Block is BlockQ4_0 or BlockQ8_0, BlockX8 its interleaved
-// counterpart (4-byte pieces of qs, row r's piece c at qs[c][r]).
-template <typename Block, typename BlockX8>
-Block row_block(const WeightMatrix& w, int64_t row, int64_t b) {
+// Block b of `row` in either layout as the plain block's bytes.
+void plain_block(const WeightMatrix& w, int64_t row, int64_t b, uint8_t* out) {
+  const int64_t plain_bytes = dtype_block_bytes(w.dtype);
   if (w.layout == WeightLayout::Rows) {
-    return reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) +
-                                          row * w.row_bytes)[b];
+    std::memcpy(out, static_cast<const uint8_t*>(w.data) + row * w.row_bytes + b * plain_bytes,
+                static_cast<size_t>(plain_bytes));
+    return;
   }
-  const auto& blk = reinterpret_cast<const BlockX8*>(interleaved_group(w, row))[b];
-  const int64_t r = row % kInterleavedRows;
+  move_block<false>(w.dtype, interleaved_group(w, row) + b * interleaved_block_bytes(w.dtype), out,
+                    static_cast<int>(row % kInterleavedRows));
+}
+
+template <typename Block>
+Block row_block(const WeightMatrix& w, int64_t row, int64_t b) {
   Block out;
-  out.d = blk.d[r];
-  for (size_t c = 0; c < sizeof(out.qs) / 4; ++c) std::memcpy(out.qs + 4 * c, blk.qs[c][r], 4);
+  plain_block(w, row, b, reinterpret_cast<uint8_t*>(&out));
   return out;
 }
 
 }  // namespace
 
 BlockQ4_0 q4_0_block(const WeightMatrix& w, int64_t row, int64_t b) {
-  return row_block<BlockQ4_0, BlockQ4_0x8>(w, row, b);
+  return row_block<BlockQ4_0>(w, row, b);
 }
 
 BlockQ8_0 q8_0_block(const WeightMatrix& w, int64_t row, int64_t b) {
-  return row_block<BlockQ8_0, BlockQ8_0x8>(w, row, b);
+  return row_block<BlockQ8_0>(w, row, b);
+}
+
+BlockQ5_0 q5_0_block(const WeightMatrix& w, int64_t row, int64_t b) {
+  return row_block<BlockQ5_0>(w, row, b);
+}
+
+BlockIQ4_NL iq4_nl_block(const WeightMatrix& w, int64_t row, int64_t b) {
+  return row_block<BlockIQ4_NL>(w, row, b);
+}
+
+void rows_layout_row(const WeightMatrix& w, int64_t row, uint8_t* out) {
+  if (w.layout == WeightLayout::Rows) {
+    std::memcpy(out, static_cast<const uint8_t*>(w.data) + row * w.row_bytes,
+                static_cast<size_t>(w.row_bytes));
+    return;
+  }
+  const int64_t plain_bytes = dtype_block_bytes(w.dtype);
+  for (int64_t b = 0; b < w.n_cols / kQuantBlock; ++b)
+    plain_block(w, row, b, out + b * plain_bytes);
 }
 
 }  // namespace ember::cpu

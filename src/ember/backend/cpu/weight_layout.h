@@ -1,18 +1,22 @@
-// The Interleaved8 layout of q8_0 / q4_0 matrices (WeightLayout in kernels.h), made once at load.
+// The Interleaved8 layout of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl matrices (WeightLayout in
+// kernels.h), made once at load.
 //
 // Rows are taken in groups of 8 (the last group zero-padded). For each block index b a group
-// stores the 8 rows' blocks side by side: their 8 f16 scales, then their quants interleaved 4 bytes
-// at a time, so one 32-byte load holds the same 4 consecutive bytes of all 8 rows, one row per
-// 32-bit lane. A decode kernel multiplies that against 4 activation bytes broadcast to every lane
-// and gets 8 rows' partial dot products in one vector: no horizontal sums, one scale conversion per
-// 8 rows instead of per row (see avx2_matmul_interleaved.cpp). The bytes per block are unchanged:
-// group g occupies exactly the span of rows 8g..8g+7 in the Rows layout.
+// stores the 8 rows' blocks side by side: their 8 f16 scales (q4_1 / q5_1: then their 8 mins;
+// q5_0 / q5_1: then their 8 high-bit words),
+// then their quants interleaved 4 bytes at a time, so one 32-byte load holds the same 4 consecutive
+// bytes of all 8 rows, one row per 32-bit lane. A decode kernel multiplies that against 4
+// activation bytes broadcast to every lane and gets 8 rows' partial dot products in one vector: no
+// horizontal sums, one scale conversion per 8 rows instead of per row (see
+// avx2_matmul_interleaved.cpp). The bytes per block are unchanged: group g occupies exactly the
+// span of rows 8g..8g+7 in the Rows layout.
 #pragma once
 
 #include <cstdint>
 
 #include "ember/backend/cpu/kernels.h"
 #include "ember/core/dtype.h"
+#include "ember/core/quant_blocks.h"
 
 namespace ember::cpu {
 
@@ -30,15 +34,78 @@ struct BlockQ8_0x8 {
 };
 static_assert(sizeof(BlockQ8_0x8) == kInterleavedRows * sizeof(BlockQ8_0));
 
-// The dtypes that have an Interleaved8 layout: q8_0 and q4_0.
+// iq4_nl has q4_0's shape (f16 d, 16 bytes of nibbles): the same interleaved block.
+using BlockIQ4_NLx8 = BlockQ4_0x8;
+static_assert(sizeof(BlockIQ4_NLx8) == kInterleavedRows * sizeof(BlockIQ4_NL));
+
+// q5_0: the nibbles as q4_0, and each row's 32 fifth bits (BlockQ5_0::qh, bit j for value j)
+// rearranged into one word so that, for quant chunk c (values 4c..4c+3 in the low nibbles,
+// 16+4c..16+4c+3 in the high ones), a shift by a constant puts every value's fifth bit at bit 4
+// of its own byte:
+//   word bit 8i + c     = fifth bit of value 4c + i        (i, c in 0..3; shift left by 4 - c)
+//   word bit 8i + 4 + c = fifth bit of value 16 + 4c + i   (shift right by c)
+// (see q5_word_from_qh / qh_from_q5_word).
+struct BlockQ5_0x8 {
+  uint16_t d[kInterleavedRows];        // f16 scale of each row's block
+  uint8_t qh[kInterleavedRows][4];     // each row's rearranged fifth-bit word (little-endian)
+  uint8_t qs[4][kInterleavedRows][4];  // [c][r]: bytes 4c..4c+3 of row r's BlockQ5_0::qs
+};
+static_assert(sizeof(BlockQ5_0x8) == kInterleavedRows * sizeof(BlockQ5_0));
+
+uint32_t q5_word_from_qh(uint32_t qh);
+uint32_t qh_from_q5_word(uint32_t word);
+
+// q4_1 / q5_1: as q4_0 / q5_0 with the 8 rows' f16 mins after their scales.
+struct BlockQ4_1x8 {
+  uint16_t d[kInterleavedRows];
+  uint16_t m[kInterleavedRows];
+  uint8_t qs[4][kInterleavedRows][4];
+};
+static_assert(sizeof(BlockQ4_1x8) == kInterleavedRows * sizeof(BlockQ4_1));
+
+struct BlockQ5_1x8 {
+  uint16_t d[kInterleavedRows];
+  uint16_t m[kInterleavedRows];
+  uint8_t qh[kInterleavedRows][4];  // as BlockQ5_0x8::qh
+  uint8_t qs[4][kInterleavedRows][4];
+};
+static_assert(sizeof(BlockQ5_1x8) == kInterleavedRows * sizeof(BlockQ5_1));
+
+// The dtypes that have an Interleaved8 layout.
 inline bool has_interleaved_layout(DType dtype) {
-  return dtype == DType::Q8_0 || dtype == DType::Q4_0;
+  switch (dtype) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Bytes of one interleaved block (8 rows' blocks) of an interleaved dtype.
+constexpr int64_t interleaved_block_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::Q8_0:
+      return sizeof(BlockQ8_0x8);
+    case DType::Q5_0:
+      return sizeof(BlockQ5_0x8);
+    case DType::Q4_1:
+      return sizeof(BlockQ4_1x8);
+    case DType::Q5_1:
+      return sizeof(BlockQ5_1x8);
+    default:  // q4_0, iq4_nl
+      return sizeof(BlockQ4_0x8);
+  }
 }
 
 // Bytes a matrix of this shape takes in `layout` (Interleaved8: whole groups of 8 rows).
 int64_t weight_matrix_bytes(DType dtype, int64_t n_rows, int64_t n_cols, WeightLayout layout);
 
-// Rewrites a Rows-layout q8_0/q4_0 matrix as Interleaved8 into dst, which holds
+// Rewrites a Rows-layout matrix of an interleaved dtype as Interleaved8 into dst, which holds
 // weight_matrix_bytes(..., Interleaved8) bytes; dst may be src.data itself when that buffer is this
 // large (each group is read before its span is written). Returns the view of dst.
 WeightMatrix interleave_rows(const WeightMatrix& src, void* dst);
@@ -49,8 +116,14 @@ inline const uint8_t* interleaved_group(const WeightMatrix& w, int64_t row) {
          row / kInterleavedRows * kInterleavedRows * w.row_bytes;
 }
 
-// Block b of `row` of a q4_0 / q8_0 matrix in either layout, as the plain block.
+// Block b of `row` of a matrix in either layout, as the plain block.
 BlockQ4_0 q4_0_block(const WeightMatrix& w, int64_t row, int64_t b);
 BlockQ8_0 q8_0_block(const WeightMatrix& w, int64_t row, int64_t b);
+BlockQ5_0 q5_0_block(const WeightMatrix& w, int64_t row, int64_t b);
+BlockIQ4_NL iq4_nl_block(const WeightMatrix& w, int64_t row, int64_t b);
+
+// Row `row` of a matrix in either layout as its Rows-layout bytes (w.row_bytes of them): how the
+// paths without an interleaved kernel (row dots, generic dequantization) read interleaved rows.
+void rows_layout_row(const WeightMatrix& w, int64_t row, uint8_t* out);
 
 }  // namespace ember::cpu

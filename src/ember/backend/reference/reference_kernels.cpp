@@ -18,7 +18,7 @@ using cpu::q8_0_block;
 using cpu::uses_8bit_activations;
 
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
-  const auto* base = static_cast<const uint8_t*>(table.data) + row * table.row_bytes;
+  const uint8_t* base = static_cast<const uint8_t*>(table.data) + row * table.row_bytes;
   const int64_t n = table.n_cols;
   switch (table.dtype) {
     case DType::F32:
@@ -55,9 +55,16 @@ void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
       }
       break;
     }
-    default:  // the other block types exist in the Rows layout only
+    default: {  // the other block types; interleaved ones (q5_0, iq4_nl) read back as Rows bytes
+      std::vector<uint8_t> plain;
+      if (table.layout == WeightLayout::Interleaved8) {
+        plain.resize(static_cast<size_t>(table.row_bytes));
+        cpu::rows_layout_row(table, row, plain.data());
+        base = plain.data();
+      }
       ember::dequantize_row(table.dtype, base, out, n);
       break;
+    }
   }
 }
 

@@ -1,7 +1,7 @@
-// The Interleaved8 layout of q8_0/q4_0 matrices (weight_layout.h) and the matmuls on it: the
-// layout round-trips every block, every kernel that reads it agrees with the plain Rows layout
-// (bit for bit where the arithmetic is the same, within the reference tolerance where the decode
-// kernel sums differently), and the determinism contract of kernels.h holds for it too.
+// The Interleaved8 layout of q8_0/q4_0/q5_0/iq4_nl matrices (weight_layout.h) and the matmuls on
+// it: the layout round-trips every block, every kernel that reads it agrees with the plain Rows
+// layout (bit for bit where the arithmetic is the same, within the reference tolerance where the
+// decode kernel sums differently), and the determinism contract of kernels.h holds for it too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,7 +24,8 @@ using test::make_weights;
 using test::random_floats;
 using test::supported_isas;
 
-constexpr DType kQuantized[] = {DType::Q8_0, DType::Q4_0};
+constexpr DType kQuantized[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                DType::Q5_0, DType::Q5_1, DType::IQ4_NL};
 constexpr WeightLayout kInterleaved = WeightLayout::Interleaved8;
 
 bool same_bits(float a, float b) {
@@ -52,18 +53,27 @@ TEST(KernelsInterleaved, EveryBlockRoundTripsAndPaddingIsZero) {
         interleave_rows(rows.view, copy.data());
         EXPECT_EQ(copy, il.bytes);
         const int64_t padded = (N + 7) / 8 * 8;
+        const int64_t rb = rows.view.row_bytes, block_bytes = dtype_block_bytes(dtype);
+        std::vector<uint8_t> got(static_cast<size_t>(rb)), want(got.size());
         for (int64_t r = 0; r < padded; ++r) {
-          for (int64_t b = 0; b < K / 32; ++b) {
+          rows_layout_row(il.view, r, got.data());
+          std::fill(want.begin(), want.end(), 0);
+          if (r < N) rows_layout_row(rows.view, r, want.data());
+          ASSERT_EQ(got, want) << "row " << r;
+          for (int64_t b = 0; b < K / 32; ++b) {  // the typed accessors agree
+            const uint8_t* w = want.data() + b * block_bytes;
             if (dtype == DType::Q8_0) {
-              const BlockQ8_0 got = q8_0_block(il.view, r, b);
-              BlockQ8_0 want{};
-              if (r < N) want = q8_0_block(rows.view, r, b);
-              ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "row " << r << " block " << b;
-            } else {
-              const BlockQ4_0 got = q4_0_block(il.view, r, b);
-              BlockQ4_0 want{};
-              if (r < N) want = q4_0_block(rows.view, r, b);
-              ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "row " << r << " block " << b;
+              const BlockQ8_0 blk = q8_0_block(il.view, r, b);
+              ASSERT_EQ(std::memcmp(&blk, w, sizeof blk), 0) << "row " << r << " block " << b;
+            } else if (dtype == DType::Q4_0) {
+              const BlockQ4_0 blk = q4_0_block(il.view, r, b);
+              ASSERT_EQ(std::memcmp(&blk, w, sizeof blk), 0) << "row " << r << " block " << b;
+            } else if (dtype == DType::Q5_0) {
+              const BlockQ5_0 blk = q5_0_block(il.view, r, b);
+              ASSERT_EQ(std::memcmp(&blk, w, sizeof blk), 0) << "row " << r << " block " << b;
+            } else if (dtype == DType::IQ4_NL) {
+              const BlockIQ4_NL blk = iq4_nl_block(il.view, r, b);
+              ASSERT_EQ(std::memcmp(&blk, w, sizeof blk), 0) << "row " << r << " block " << b;
             }
           }
         }
@@ -79,6 +89,22 @@ TEST(KernelsInterleaved, EveryBlockRoundTripsAndPaddingIsZero) {
         }
       }
     }
+  }
+}
+
+// The rearranged q5_0 fifth-bit word: a bijection, and chunk c's shifts put the fifth bit of
+// value 4c + i (low) / 16 + 4c + i (high) at bit 4 of byte i.
+TEST(KernelsInterleaved, Q5WordPutsEveryFifthBitWhereTheKernelShiftsIt) {
+  for (int j = 0; j < 32; ++j) {
+    const uint32_t qh = 1u << j;
+    const uint32_t word = q5_word_from_qh(qh);
+    EXPECT_EQ(qh_from_q5_word(word), qh);
+    const int c = (j % 16) / 4, i = j % 4;
+    const uint32_t at4 = j < 16 ? word << (4 - c) : word >> c;
+    EXPECT_EQ(at4 & 0x10101010u, 0x10u << (8 * i)) << "value " << j;
+  }
+  for (uint32_t qh : {0u, 0xffffffffu, 0x12345678u, 0x80000001u}) {
+    EXPECT_EQ(qh_from_q5_word(q5_word_from_qh(qh)), qh);
   }
 }
 
@@ -170,46 +196,77 @@ TEST(KernelsInterleaved, RowSplitsThreadsAndTokenCountsGiveTheSameBits) {
   }
 }
 
-// The extremes of the integer arithmetic: q4_0 sums a block's 8 pair products in int16 (at most
-// 8 * 2 * 15 * 127 = 30480), q8_0 takes -128 through the sign trick. Every weight and activation
-// at its extreme must still give the exact block dot.
-TEST(KernelsInterleaved, ExtremeQuantsGiveExactDots) {
-  const int64_t N = 8, K = 64;
-  const uint16_t one = f32_to_f16(1.0f);
-  for (float x_value : {1.0f, -1.0f}) {
-    std::vector<float> x(static_cast<size_t>(K), x_value);  // quantizes to +-127, d = 1/127
-    for (DType dtype : kQuantized) {
-      std::vector<uint8_t> bytes(static_cast<size_t>(N * dtype_row_bytes(dtype, K)));
-      std::vector<double> want(static_cast<size_t>(N));
-      for (int64_t r = 0; r < N; ++r) {
-        for (int64_t b = 0; b < K / 32; ++b) {
-          int64_t sum = 0;
-          if (dtype == DType::Q4_0) {
-            auto& blk = reinterpret_cast<BlockQ4_0*>(bytes.data())[r * (K / 32) + b];
-            blk.d = one;
-            const uint8_t nibble = r % 2 == 0 ? 15 : 0;  // w = +7 or -8
-            std::memset(blk.qs, nibble | nibble << 4, sizeof blk.qs);
-            sum = 32 * (nibble - 8);
-          } else {
-            auto& blk = reinterpret_cast<BlockQ8_0*>(bytes.data())[r * (K / 32) + b];
-            blk.d = one;
-            const int8_t q = r % 2 == 0 ? 127 : -128;
-            std::memset(blk.qs, static_cast<uint8_t>(q), sizeof blk.qs);
-            sum = 32 * q;
-          }
-          want[r] += static_cast<double>(sum) * 127 * (x_value / 127.0f);
-        }
+// Fills a plain block of `dtype` with scale d (and min d) and its quants at an extreme: pattern 0
+// every value at the largest level (q4_0 +7, q8_0 +127, q5_0 +15, iq4_nl +113, q4_1 15, q5_1 31),
+// 1 at the smallest (-8, -128, -16, -127, 0, 0), 2 mixing the two.
+void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
+  const uint8_t hi_nibble = pattern == 1 ? 0x00 : 0xff, lo_nibble = pattern == 0 ? 0xff : 0x00;
+  const uint8_t nibbles = static_cast<uint8_t>((hi_nibble & 0xf0) | (lo_nibble & 0x0f));
+  std::memcpy(blk, &d, 2);
+  switch (dtype) {
+    case DType::Q8_0:
+      for (int i = 0; i < 32; ++i) {
+        const bool top = pattern == 0 || (pattern == 2 && i % 2 == 0);
+        blk[2 + i] = static_cast<uint8_t>(top ? 127 : -128);
       }
-      WeightMatrix rows{dtype, bytes.data(), N, K, dtype_row_bytes(dtype, K)};
-      std::vector<uint8_t> il_bytes(bytes.size());
-      WeightMatrix il = interleave_rows(rows, il_bytes.data());
+      break;
+    case DType::Q5_0:
+    case DType::Q5_1: {
+      const int at = dtype == DType::Q5_1 ? 4 : 2;  // q5_1: the min after d
+      std::memcpy(blk + 2, &d, at - 2);
+      const uint32_t qh = pattern == 0 ? 0xffffffffu : pattern == 1 ? 0u : 0xffff0000u;
+      std::memcpy(blk + at, &qh, 4);  // pattern 2: values 16..31 at the top, 0..15 at the bottom
+      std::memset(blk + at + 4, nibbles, 16);
+      break;
+    }
+    case DType::Q4_1:
+      std::memcpy(blk + 2, &d, 2);
+      std::memset(blk + 4, nibbles, 16);
+      break;
+    default:  // q4_0, iq4_nl
+      std::memset(blk + 2, nibbles, 16);
+      break;
+  }
+}
+
+// The extremes of the integer arithmetic: q4_0 sums a block's 8 pair products in int16 (at most
+// 8 * 2 * 15 * 127 = 30480; q4_1 alike), q5_0 / q5_1 4 of them (4 * 2 * 31 * 127 = 31496), q8_0
+// takes -128 and iq4_nl -127 through the sign trick. Every weight and activation at its extreme
+// (and zero scales) must still give the exact block dots, at decode and prefill T, in a padded last
+// group.
+TEST(KernelsInterleaved, ExtremeQuantsAndZeroScalesGiveExactDots) {
+  const int64_t N = 13, K = 64;
+  const uint16_t one = f32_to_f16(1.0f), zero = f32_to_f16(0.0f);
+  for (DType dtype : kQuantized) {
+    const int64_t rb = dtype_row_bytes(dtype, K), block_bytes = dtype_block_bytes(dtype);
+    std::vector<uint8_t> bytes(static_cast<size_t>(N * rb));
+    for (int64_t r = 0; r < N; ++r) {
+      for (int64_t b = 0; b < K / 32; ++b) {
+        fill_extreme_block(dtype, bytes.data() + r * rb + b * block_bytes, r % 5 == 4 ? zero : one,
+                           static_cast<int>((r + b) % 3));
+      }
+    }
+    WeightMatrix rows{dtype, bytes.data(), N, K, rb};
+    std::vector<uint8_t> il_bytes(
+        static_cast<size_t>(weight_matrix_bytes(dtype, N, K, kInterleaved)));
+    WeightMatrix il = interleave_rows(rows, il_bytes.data());
+    for (int64_t T : {1, 3, 17}) {
+      std::vector<float> x(static_cast<size_t>(T * K));  // +-1: quantizes to +-127, d = 1/127
+      for (int64_t i = 0; i < T * K; ++i)
+        x[i] = (i / K) % 3 == 2 ? (i % 2 ? 1.0f : -1.0f) : (i / K) % 3 == 1 ? -1.0f : 1.0f;
+      std::vector<float> want(static_cast<size_t>(T * N));
+      reference::matmul(x.data(), T, il, want.data(), N, 0, N);
       for (Isa isa : supported_isas()) {
         IsaScope scope(isa);
-        std::vector<float> y(static_cast<size_t>(N));
-        matmul(x.data(), 1, il, y.data(), N, 0, N);
-        for (int64_t r = 0; r < N; ++r) {
-          EXPECT_NEAR(y[r], want[r], 1e-5 * std::fabs(want[r]))
-              << isa_name(isa) << " " << dtype_name(dtype) << " row " << r << " x " << x_value;
+        std::vector<float> y(static_cast<size_t>(T * N));
+        matmul(x.data(), T, il, y.data(), N, 0, N);
+        for (int64_t i = 0; i < T * N; ++i) {
+          if (i % N % 5 == 4) {
+            ASSERT_EQ(want[i], 0.0f);
+          }
+          // Block dots are exact integers up to 32 * 128 * 127: only the f32 accumulation rounds.
+          EXPECT_NEAR(y[i], want[i], 1e-5 * 2 * 32 * 128)
+              << isa_name(isa) << " " << dtype_name(dtype) << " T=" << T << " i " << i;
         }
       }
     }

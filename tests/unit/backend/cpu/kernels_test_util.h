@@ -30,8 +30,8 @@ struct OwnedWeights {
   cpu::WeightMatrix view;
 };
 
-// Interleaved8 (q8_0/q4_0 only) converts in the Rows layout, then interleaves in place, as the
-// loader does.
+// Interleaved8 (q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl only) converts in the Rows layout, then interleaves
+// in place, as the loader does.
 inline OwnedWeights make_weights(const std::vector<float>& values, int64_t n_rows, int64_t n_cols,
                                  DType dtype, cpu::WeightLayout layout = cpu::WeightLayout::Rows) {
   OwnedWeights w;
