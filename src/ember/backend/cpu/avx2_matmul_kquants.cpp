@@ -121,6 +121,12 @@ EMBER_AVX2_INLINE void rows_dot_q45_k(const uint8_t* row, int64_t row_bytes, con
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const Block& b = reinterpret_cast<const Block*>(row + r * row_bytes)[sb];
+      // Decode streams the matrix from DRAM: ask for this super-block of the row R rows on (the
+      // next tile's, or a row ahead) while this one computes. Hints only: the bits do not change.
+      const auto* ahead = reinterpret_cast<const char*>(&b) + R * row_bytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + sizeof(Block) - 1, _MM_HINT_T0);
       const uint8_t* qh = nullptr;
       if constexpr (kFifthBit) qh = b.qh;
       const KScalesMins sm = unpack_k_scales_mins(b.scales);
@@ -191,6 +197,9 @@ EMBER_AVX2 float row_dot_q6_k(const uint8_t* row, const BlockQ8Act* x, int64_t K
   __m256 acc = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / kSuperBlock; ++sb, x += 8) {
     const BlockQ6_K& b = blocks[sb];
+    // The same bytes 4 KiB on (the rows after this one): decode streams the matrix from DRAM.
+    const auto* ahead = reinterpret_cast<const char*>(&b) + 4096;
+    for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
     const Q6Scales scales = unpack_q6_scales(b.scales);
     __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
 #pragma GCC unroll 8
