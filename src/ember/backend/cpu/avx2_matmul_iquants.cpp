@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "ember/backend/cpu/avx2_block_unpack.h"
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/quant_row_dot.h"
 #include "ember/core/quant_blocks.h"
@@ -21,24 +22,11 @@ namespace {
 
 constexpr int kSubBlocks = kSuperBlock / kQuantBlock;  // iq4_xs: 8 sub-blocks of 32
 
-EMBER_AVX2_INLINE float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, sizeof h);
-  return _cvtsh_ss(h);
-}
-
-EMBER_AVX2_INLINE __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
 // The 32 weight values of 16 nibble bytes in element order (byte j: element j in the low nibble,
 // j + 16 in the high one). Both 128-bit lanes get the 16 bytes, the high lane shifted right by 4
 // (srlv per 64-bit half: 0, 0, 4, 4); the masked nibbles index the grid.
 EMBER_AVX2_INLINE __m256i grid_values(const uint8_t* qs) {
-  const __m256i both =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  const __m256i nibbles = _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)),
-                                           _mm256_set1_epi8(0x0f));
+  const __m256i nibbles = unpack_nibbles(qs);
   const __m256i grid =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
   return _mm256_shuffle_epi8(grid, nibbles);

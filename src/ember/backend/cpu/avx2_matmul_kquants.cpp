@@ -17,16 +17,13 @@
 // 8-bit) scales below 2^31.
 #include <cstring>
 
+#include "ember/backend/cpu/avx2_block_unpack.h"
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/quant_row_dot.h"
 #include "ember/core/quant_blocks.h"
 
 namespace ember::cpu::avx2 {
 namespace {
-
-EMBER_AVX2_INLINE __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
 
 // Scale s0 for the low 16 bytes' pair sums, s1 for the high 16.
 EMBER_AVX2_INLINE __m256i two_scales(int s0, int s1) {

@@ -17,32 +17,13 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ember/backend/cpu/avx2_block_unpack.h"
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/quant_row_dot.h"
 #include "ember/core/quant_blocks.h"
 
 namespace ember::cpu::avx2 {
 namespace {
-
-EMBER_AVX2_INLINE float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, sizeof h);
-  return _cvtsh_ss(h);
-}
-
-EMBER_AVX2_INLINE __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-// The 16 nibble bytes of a legacy block as 32 bytes in element order: byte j holds element j in
-// its low nibble and element j + 16 in its high one, so both 128-bit lanes get the 16 bytes and
-// the high lane shifts right by 4 (srlv per 64-bit half: 0, 0, 4, 4) before the mask.
-EMBER_AVX2_INLINE __m256i unpack_nibbles(const uint8_t* qs) {
-  const __m256i both =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)),
-                          _mm256_set1_epi8(0x0f));
-}
 
 // The fifth bits (bit j of the little-endian uint32 qh) as 0x10 in byte j. Every 32-bit lane gets
 // qh; the shuffle gives byte j a copy of qh byte j / 8 (each 128-bit lane shuffles its own copy),
