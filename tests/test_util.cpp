@@ -74,4 +74,12 @@ CommandResult run_ember(const std::string& args) {
   return r;
 }
 
+std::vector<float> read_f32_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v;
+  float f;
+  while (in.read(reinterpret_cast<char*>(&f), sizeof f)) v.push_back(f);
+  return v;
+}
+
 }  // namespace ember::test

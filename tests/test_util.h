@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace ember::test {
 
@@ -30,6 +31,9 @@ inline std::filesystem::path fixture(const std::string& relative) {
 // A fresh scratch directory for one test, under the system temp dir. It is removed when the test
 // process exits (ctest runs one test per process), unless EMBER_KEEP_SCRATCH is set to look at it.
 std::filesystem::path scratch_dir(const std::string& name);
+
+// A file of raw little-endian float32 values (the fixtures' *.f64ref.f32 / *.logits.f32).
+std::vector<float> read_f32_file(const std::filesystem::path& path);
 
 inline std::string ember_binary() {
   return EMBER_BINARY;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/backend/attention_scores.h"
 #include "ember/backend/batch.h"
 #include "ember/backend/weight.h"
 #include "ember/core/dtype.h"
@@ -136,14 +137,29 @@ class Backend {
   virtual void rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k, const float* v,
                              int64_t n_heads, int64_t rope_dim, const float* inv_freq,
                              const Batch& batch) = 0;
-  // Causal attention of each token over its sequence's positions [0, position] of `layer`, read
-  // through the block tables: q/out [T, n_heads * head_dim]. GQA: query head h reads kv head
-  // h / (n_heads / n_kv_heads).
+  // Causal attention of each token over its sequence's positions [0, position] of `layer` (or the
+  // last scores.window of them), read through the block tables: q/out [T, n_heads * head_dim].
+  // GQA: query head h reads kv head h / (n_heads / n_kv_heads). Scores: attention_scores.h.
   virtual void attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
-                         float scale, const Batch& batch, float* out) = 0;
+                         const AttentionScores& scores, const Batch& batch, float* out) = 0;
   // out = silu(gate) * up, [rows, n].
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t rows,
                         int64_t n) = 0;
+  // out = gelu(gate) * up (GeGLU), or gelu(gate) alone when up is null; GELU's tanh form
+  // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) as GPT-2 and Gemma use it. [rows, n].
+  virtual void gelu_mul(const float* gate, const float* up, float* out, int64_t rows,
+                        int64_t n) = 0;
+  // y[t] = (x[t] - mean) / sqrt(var + eps) * weight + bias (LayerNorm, GPT-2); x/y [rows, D]
+  // (may alias).
+  virtual void layernorm(const float* x, const float* weight, const float* bias, float* y,
+                         int64_t rows, int64_t D, float eps) = 0;
+  // x *= s, [rows, n] (Gemma's sqrt(d_model) embedding scale).
+  virtual void scale(float* x, float s, int64_t rows, int64_t n) = 0;
+  // x = cap * tanh(x / cap), [rows, n] (Gemma 2's final logit soft-cap).
+  virtual void softcap(float* x, float cap, int64_t rows, int64_t n) = 0;
+  // x[t] += table[batch.positions[t]] (GPT-2's learned position embeddings): x [T, table.n_cols].
+  // Throws ember::Error for a position past the table.
+  virtual void add_position_embeddings(const WeightMatrix& table, const Batch& batch, float* x) = 0;
   // y += x (the residual add), [rows, n].
   virtual void add(float* y, const float* x, int64_t rows, int64_t n) = 0;
   // out[r] = x[rows[r]]: x [*, D] -> out [rows.size(), D] (the rows whose logits are wanted).

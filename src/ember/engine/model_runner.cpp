@@ -1,6 +1,9 @@
 #include "ember/engine/model_runner.h"
 
 #include <algorithm>
+#include <string>
+
+#include "ember/core/error.h"
 
 namespace ember {
 
@@ -9,7 +12,12 @@ namespace {
 int64_t resolve_context(const ModelWeights& w, const EngineOptions& o) {
   int64_t model_max =
       w.config.max_position_embeddings > 0 ? w.config.max_position_embeddings : 4096;
-  return o.max_context > 0 ? o.max_context : std::min<int64_t>(model_max, 4096);
+  const int64_t context = o.max_context > 0 ? o.max_context : std::min<int64_t>(model_max, 4096);
+  if (w.config.learned_positions && context > model_max) {
+    throw Error("context " + std::to_string(context) + " is longer than the model's " +
+                std::to_string(model_max) + " learned positions");
+  }
+  return context;
 }
 
 KvShape make_kv_shape(const ModelWeights& w, const EngineOptions& o, int64_t context) {
@@ -30,11 +38,11 @@ ModelRunner::ModelRunner(const ModelWeights& weights, const EngineOptions& optio
     : weights_(weights),
       max_context_(resolve_context(weights, options)),
       kv_(weights.backend->allocate_kv(make_kv_shape(weights, options, max_context_))),
-      model_(weights) {}
+      model_(make_model(weights)) {}
 
 std::span<const float> ModelRunner::run(Batch& batch) {
   batch.finalize();
-  return model_.forward(batch, *kv_);
+  return model_->forward(batch, *kv_);
 }
 
 }  // namespace ember

@@ -9,7 +9,7 @@
 #include <span>
 
 #include "ember/backend/backend.h"
-#include "ember/model/llama.h"
+#include "ember/model/model.h"
 #include "ember/model/weights.h"
 
 namespace ember {
@@ -42,7 +42,7 @@ class ModelRunner {
   const ModelWeights& weights_;
   int64_t max_context_;
   std::unique_ptr<KvStorage> kv_;
-  LlamaModel model_;
+  std::unique_ptr<Model> model_;
 };
 
 }  // namespace ember

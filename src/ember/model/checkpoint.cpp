@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -49,8 +50,9 @@ std::string read_torch_dtype(const fs::path& config_path) {
 }
 
 void add_tensor(Checkpoint& ckpt, const std::string& stored_name, TensorView view,
-                const std::optional<std::string>& hf_name) {
-  StoredTensor stored{stored_name, view};
+                const std::optional<std::string>& hf_name, bool transposed = false) {
+  StoredTensor stored{stored_name, view, transposed};
+  if (transposed && view.shape.size() == 2) std::swap(stored.view.shape[0], stored.view.shape[1]);
   if (hf_name) {
     stored.view.name = *hf_name;
     ckpt.tensors[*hf_name] = stored;
@@ -73,7 +75,11 @@ Checkpoint open_hf(const fs::path& dir, const CheckpointOptions& options) {
   }
   HfCheckpoint hf = open_hf_checkpoint(dir.string());
   ckpt.mappings = hf.mappings;
-  for (auto& [name, view] : hf.tensors) add_tensor(ckpt, name, view, name);
+  const std::string& arch = ckpt.config.architecture;
+  for (auto& [name, view] : hf.tensors) {
+    add_tensor(ckpt, name, view, canonical_from_hf(name, arch),
+               hf_weight_is_transposed(name, arch));
+  }
   return ckpt;
 }
 
@@ -85,20 +91,33 @@ Checkpoint open_gguf(const fs::path& path) {
   ckpt.config = config_from_gguf(*gguf);
   ckpt.gguf = gguf;
   ckpt.mappings.push_back(gguf->mapping());
+  ModelConfig& c = ckpt.config;
+  auto read_factors = [&](const TensorView& view, const std::string& name) {
+    if (view.dtype != DType::F32 || view.numel() != c.rope_dim / 2) {
+      throw Error(path.string() + ": tensor " + name + " must be f32 [rope_dim/2]");
+    }
+    const float* f = reinterpret_cast<const float*>(view.data);
+    return std::vector<float>(f, f + view.numel());
+  };
   for (const auto& info : gguf->tensors()) {
     TensorView view = gguf->view(info);
-    if (info.name == "rope_freqs.weight") {
-      if (view.dtype != DType::F32 || view.numel() != ckpt.config.rope_dim / 2) {
-        throw Error(path.string() + ": tensor rope_freqs.weight must be f32 [rope_dim/2]");
-      }
-      const float* f = reinterpret_cast<const float*>(view.data);
-      ckpt.rope_freq_factors.assign(f, f + view.numel());
+    if (info.name == "rope_freqs.weight") ckpt.rope_freq_factors = read_factors(view, info.name);
+    if (info.name == "rope_factors_long.weight") {
+      c.rope_long_factors = read_factors(view, info.name);
+      c.rope_scaling = RopeScaling::LongRope;
     }
-    add_tensor(ckpt, info.name, view, hf_name_from_gguf(info.name));
+    if (info.name == "rope_factors_short.weight") {
+      c.rope_short_factors = read_factors(view, info.name);
+    }
+    add_tensor(ckpt, info.name, view, hf_name_from_gguf(info.name, c.architecture));
   }
-  ckpt.config.tie_word_embeddings = ckpt.tensors.count("lm_head.weight") == 0;
-  ckpt.config.attention_bias = ckpt.tensors.count("model.layers.0.self_attn.q_proj.bias") != 0;
-  ckpt.qk_rows_interleaved = ckpt.config.architecture == "llama";
+  const auto has = [&](const char* name) { return ckpt.tensors.count(name) != 0; };
+  c.tie_word_embeddings = !has("lm_head.weight");
+  c.attention_bias =
+      has("model.layers.0.self_attn.q_proj.bias") || has("model.layers.0.self_attn.qkv_proj.bias");
+  // llama.cpp writes Phi-3's Q/K/V fused, but separate ones load too.
+  if (c.fused_qkv && has("model.layers.0.self_attn.q_proj.weight")) c.fused_qkv = false;
+  ckpt.qk_rows_interleaved = c.architecture == "llama";
   return ckpt;
 }
 
@@ -152,42 +171,6 @@ Checkpoint open_checkpoint(const std::string& path_string, const CheckpointOptio
   ckpt.path = path_string;
   if (!options.tokenizer_path.empty()) ckpt.tokenizer_path = options.tokenizer_path;
   return ckpt;
-}
-
-ModelConfig config_from_gguf(const GgufFile& gguf) {
-  ModelConfig c;
-  c.architecture = gguf.get_string("general.architecture");
-  if (c.architecture != "llama" && c.architecture != "qwen2") {
-    throw Error(gguf.path() + ": unsupported architecture '" + c.architecture +
-                "' (ember runs llama and qwen2)");
-  }
-  const std::string a = c.architecture + ".";
-  auto int_or = [&](const std::string& key, int64_t fallback) {
-    return gguf.find(key) ? gguf.get_int(key) : fallback;
-  };
-  auto float_or = [&](const std::string& key, double fallback) {
-    return gguf.find(key) ? gguf.get_float(key) : fallback;
-  };
-  c.d_model = gguf.get_int(a + "embedding_length");
-  c.d_ffn = gguf.get_int(a + "feed_forward_length");
-  c.n_layers = gguf.get_int(a + "block_count");
-  c.n_heads = gguf.get_int(a + "attention.head_count");
-  c.n_kv_heads = int_or(a + "attention.head_count_kv", c.n_heads);
-  c.head_dim = c.n_heads > 0 ? int_or(a + "attention.key_length", c.d_model / c.n_heads) : 0;
-  c.rope_dim = int_or(a + "rope.dimension_count", c.head_dim);
-  c.rms_norm_eps = static_cast<float>(float_or(a + "attention.layer_norm_rms_epsilon", 1e-5));
-  c.rope_theta = static_cast<float>(float_or(a + "rope.freq_base", 10000.0));
-  c.max_position_embeddings = int_or(a + "context_length", 2048);
-  if (const GgufValue* v = gguf.find(a + "vocab_size")) {
-    c.vocab_size = v->as_int().value_or(0);
-  } else if (const auto* tok = gguf.find_tensor("token_embd.weight")) {
-    c.vocab_size = tok->shape.empty() ? 0 : tok->shape[0];
-  }
-  c.bos_token_id = static_cast<int32_t>(int_or("tokenizer.ggml.bos_token_id", 1));
-  c.eos_token_id = static_cast<int32_t>(int_or("tokenizer.ggml.eos_token_id", 2));
-  c.attention_bias = c.architecture == "qwen2";
-  c.validate(gguf.path());
-  return c;
 }
 
 }  // namespace ember

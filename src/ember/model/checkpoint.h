@@ -22,7 +22,10 @@ const char* format_name(CheckpointFormat format);
 
 struct StoredTensor {
   std::string stored_name;  // as in the file (GGUF name for GGUF)
-  TensorView view;          // view.name is the HF-style name ember uses
+  TensorView view;          // view.name is the canonical name ember uses (tensor_names.h)
+  // The file stores the matrix transposed ([in, out], GPT-2's Conv1D); view.shape is the
+  // transposed [out, in] the model reads, and the loader transposes the data.
+  bool transposed = false;
 };
 
 struct Checkpoint {
@@ -30,7 +33,7 @@ struct Checkpoint {
   std::string path;           // what the user passed
   std::string config_source;  // file the config came from (for messages)
   ModelConfig config;
-  // Tensors by HF-style name. Empty for ConfigOnly.
+  // Tensors by canonical name. Empty for ConfigOnly.
   std::map<std::string, StoredTensor> tensors;
   // Every tensor in the file(s), including ones ember does not use, in file order.
   std::vector<StoredTensor> all_tensors;

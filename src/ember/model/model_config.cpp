@@ -1,8 +1,64 @@
 #include "ember/model/model_config.h"
 
+#include <cmath>
+
 #include "ember/core/error.h"
 
 namespace ember {
+
+const char* supported_architectures() {
+  return "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, gpt2";
+}
+
+float ModelConfig::rope_mscale() const {
+  if (rope_attention_factor > 0.0f) return rope_attention_factor;
+  if (rope_scaling == RopeScaling::Yarn && rope_factor > 1.0f) {
+    return 0.1f * std::log(rope_factor) + 1.0f;
+  }
+  if (rope_scaling == RopeScaling::LongRope &&
+      max_position_embeddings > rope_original_max_position) {
+    const double s = static_cast<double>(max_position_embeddings) /
+                     static_cast<double>(rope_original_max_position);
+    return static_cast<float>(
+        std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(rope_original_max_position))));
+  }
+  return 1.0f;
+}
+
+float ModelConfig::attention_scale() const {
+  const double base = query_scale > 0.0f ? query_scale : 1.0 / std::sqrt(double(head_dim));
+  const double m = rope_mscale();
+  return static_cast<float>(base * m * m);
+}
+
+std::string ModelConfig::feature_summary() const {
+  std::string f = norm == NormKind::Layer ? "layernorm" : "rmsnorm";
+  if (norm_weight_offset) f += "(1+w)";
+  f += mlp == MlpKind::SwiGlu ? ", swiglu" : mlp == MlpKind::GeGlu ? ", geglu" : ", gelu";
+  if (learned_positions) {
+    f += ", learned positions";
+  } else {
+    const char* kScaling[] = {"", " linear", " llama3", " yarn", " longrope"};
+    f += std::string(", rope") + kScaling[static_cast<int>(rope_scaling)];
+    if (rope_local_theta > 0.0f)
+      f += " (local base " + std::to_string(int64_t(rope_local_theta)) + ")";
+  }
+  if (attention_bias) f += ", qkv bias";
+  if (linear_biases) f += ", linear biases";
+  if (qk_norm) f += ", qk-norm";
+  if (sandwich_norms) f += ", post-norms";
+  if (embed_scale != 1.0f) f += ", scaled embeddings";
+  if (attn_softcap > 0.0f) f += ", attention soft-cap";
+  if (final_softcap > 0.0f) f += ", logit soft-cap";
+  if (sliding_window > 0) {
+    f += ", sliding window " + std::to_string(sliding_window);
+    if (sliding_window_pattern > 1) {
+      f += " (layers with (l+1) % " + std::to_string(sliding_window_pattern) + " != 0)";
+    }
+  }
+  if (tie_word_embeddings) f += ", tied embeddings";
+  return f;
+}
 
 void ModelConfig::validate(const std::string& source) const {
   auto require_positive = [&](int64_t v, const char* field) {

@@ -3,7 +3,9 @@
 // and are required. The files themselves are parsed by formats/hf_config and formats/llama2c.
 #include "ember/model/model_config_sources.h"
 
+#include <cmath>
 #include <optional>
+#include <vector>
 
 #include "ember/core/error.h"
 #include "ember/formats/hf_config.h"
@@ -14,7 +16,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-// "llama" or "qwen2" from architectures[0] / model_type; absent means llama.
+// The architecture from architectures[0] / model_type; absent means llama.
 std::string architecture_of(const HfConfigFields& f, const std::string& source) {
   std::string arch;
   if (const Json* a = f.get("architectures")) {
@@ -24,17 +26,42 @@ std::string architecture_of(const HfConfigFields& f, const std::string& source) 
       arch = (*a)[0].get<std::string>();
     }
   }
-  std::string model_type = f.string_opt("model_type").value_or("");
-  // Mistral without a sliding window is a Llama; SmolLM and TinyLlama declare themselves Llama.
-  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || model_type == "llama" ||
-      model_type == "mistral") {
-    return "llama";
+  const std::string model_type = f.string_opt("model_type").value_or("");
+  struct Known {
+    const char* hf_class;
+    const char* model_type;
+    const char* architecture;
+  };
+  // SmolLM and TinyLlama declare themselves Llama.
+  static const Known kKnown[] = {
+      {"LlamaForCausalLM", "llama", "llama"},
+      {"MistralForCausalLM", "mistral", "mistral"},
+      {"Qwen2ForCausalLM", "qwen2", "qwen2"},
+      {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+      {"Phi3ForCausalLM", "phi3", "phi3"},
+      {"Gemma2ForCausalLM", "gemma2", "gemma2"},
+      {"Gemma3ForCausalLM", "gemma3_text", "gemma3"},
+      {"GPT2LMHeadModel", "gpt2", "gpt2"},
+  };
+  for (const Known& k : kKnown) {
+    if (arch == k.hf_class || (arch.empty() && model_type == k.model_type)) return k.architecture;
   }
-  if (arch == "Qwen2ForCausalLM" || model_type == "qwen2") return "qwen2";
   if (arch.empty() && model_type.empty()) return "llama";
+  std::string hint;
+  if (arch == "Gemma3ForConditionalGeneration") {
+    hint = "; the multimodal Gemma 3 checkpoints are not supported yet (Gemma3ForCausalLM is)";
+  }
   throw Error::in_file(ErrorKind::Unsupported, source,
                        "unsupported architecture '" + (arch.empty() ? model_type : arch) +
-                           "' (ember runs LlamaForCausalLM and Qwen2ForCausalLM)");
+                           "' (ember runs " + supported_architectures() + ")" + hint);
+}
+
+std::vector<float> float_list(const HfConfigFields& s, const char* key) {
+  const Json& j = s.require(key);
+  if (!j.is_array()) s.wrong_type(key, j, "an array of numbers");
+  std::vector<float> out;
+  for (const Json& v : j) out.push_back(static_cast<float>(s.to_number(key, v)));
+  return out;
 }
 
 void parse_rope_scaling(const HfConfigFields& f, const std::string& source, ModelConfig& config) {
@@ -48,21 +75,50 @@ void parse_rope_scaling(const HfConfigFields& f, const std::string& source, Mode
   if (!type) {
     throw Error::in_file(ErrorKind::InvalidFile, source, "missing field 'rope_scaling.rope_type'");
   }
+  ModelConfig& c = config;
   if (*type == "default") return;
-  if (*type != "llama3") {
-    throw Error::in_file(
-        ErrorKind::Unsupported, source,
-        "unsupported rope_scaling type '" + *type + "' (ember supports llama3 rope scaling only)");
+  c.rope_original_max_position =
+      s.int_or("original_max_position_embeddings",
+               f.int_or("original_max_position_embeddings", c.max_position_embeddings));
+  if (*type == "linear") {
+    c.rope_scaling = RopeScaling::Linear;
+    c.rope_factor = static_cast<float>(s.required_number("factor"));
+  } else if (*type == "llama3") {
+    c.rope_scaling = RopeScaling::Llama3;
+    c.rope_factor = static_cast<float>(s.required_number("factor"));
+    c.rope_low_freq_factor = static_cast<float>(s.required_number("low_freq_factor"));
+    c.rope_high_freq_factor = static_cast<float>(s.required_number("high_freq_factor"));
+    c.rope_original_max_position = s.required_int("original_max_position_embeddings");
+    if (!(c.rope_high_freq_factor > c.rope_low_freq_factor)) {
+      throw Error::in_file(ErrorKind::InvalidFile, source,
+                           "invalid llama3 rope_scaling parameters");
+    }
+  } else if (*type == "yarn") {
+    c.rope_scaling = RopeScaling::Yarn;
+    c.rope_factor = static_cast<float>(s.required_number("factor"));
+    c.rope_yarn_beta_fast = static_cast<float>(s.number_or("beta_fast", 32.0));
+    c.rope_yarn_beta_slow = static_cast<float>(s.number_or("beta_slow", 1.0));
+    c.rope_attention_factor = static_cast<float>(s.number_or("attention_factor", 0.0));
+  } else if (*type == "longrope" || *type == "su") {
+    c.rope_scaling = RopeScaling::LongRope;
+    c.rope_long_factors = float_list(s, "long_factor");
+    c.rope_short_factors = float_list(s, "short_factor");
+    c.rope_attention_factor = static_cast<float>(s.number_or("attention_factor", 0.0));
+    const auto half = static_cast<size_t>(c.rope_dim / 2);
+    if (c.rope_long_factors.size() != half || c.rope_short_factors.size() != half) {
+      throw Error::in_file(ErrorKind::InvalidFile, source,
+                           "rope_scaling long_factor/short_factor must have rope_dim/2 = " +
+                               std::to_string(half) + " values");
+    }
+  } else {
+    throw Error::in_file(ErrorKind::Unsupported, source,
+                         "unsupported rope_scaling type '" + *type +
+                             "' (ember supports linear, llama3, yarn and longrope; dynamic NTK "
+                             "changes its frequencies with the sequence length and is not "
+                             "supported yet)");
   }
-  config.rope_scaling = RopeScaling::Llama3;
-  config.rope_factor = static_cast<float>(s.required_number("factor"));
-  config.rope_low_freq_factor = static_cast<float>(s.required_number("low_freq_factor"));
-  config.rope_high_freq_factor = static_cast<float>(s.required_number("high_freq_factor"));
-  config.rope_original_max_position = s.required_int("original_max_position_embeddings");
-  if (!(config.rope_factor > 0.0f) ||
-      !(config.rope_high_freq_factor > config.rope_low_freq_factor) ||
-      config.rope_original_max_position <= 0) {
-    throw Error::in_file(ErrorKind::InvalidFile, source, "invalid llama3 rope_scaling parameters");
+  if (!(c.rope_factor > 0.0f) || c.rope_original_max_position <= 0) {
+    throw Error::in_file(ErrorKind::InvalidFile, source, "invalid rope_scaling parameters");
   }
 }
 
@@ -78,13 +134,89 @@ int64_t head_dim_of(const HfConfigFields& f, const ModelConfig& c, const std::st
   return c.d_model / c.n_heads;
 }
 
+// GPT-2's config speaks its own names (n_embd, n_layer, ...).
+ModelConfig gpt2_config(const HfConfigFields& f, const std::string& source) {
+  ModelConfig c;
+  c.architecture = "gpt2";
+  c.d_model = f.required_int("n_embd");
+  c.n_layers = f.required_int("n_layer");
+  c.n_heads = f.required_int("n_head");
+  c.n_kv_heads = c.n_heads;
+  c.d_ffn = f.int_or("n_inner", 4 * c.d_model);
+  c.vocab_size = f.required_int("vocab_size");
+  c.max_position_embeddings = f.required_int("n_positions");
+  c.head_dim = head_dim_of(f, c, source);
+  c.rope_dim = c.head_dim;  // unused: learned positions
+  c.rms_norm_eps = static_cast<float>(f.number_or("layer_norm_epsilon", 1e-5));
+  const std::string act = f.string_opt("activation_function").value_or("gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast") {
+    throw Error::in_file(
+        ErrorKind::Unsupported, source,
+        "unsupported activation_function '" + act + "' (ember runs GPT-2's tanh GELU: gelu_new)");
+  }
+  c.norm = NormKind::Layer;
+  c.mlp = MlpKind::Gelu;
+  c.learned_positions = c.attention_bias = c.linear_biases = c.fused_qkv = true;
+  c.tie_word_embeddings = true;
+  c.bos_token_id = c.eos_token_id = 50256;
+  if (auto id = f.token_id("bos_token_id")) c.bos_token_id = *id;
+  if (auto id = f.token_id("eos_token_id")) c.eos_token_id = *id;
+  return c;
+}
+
+// Gemma 2 / 3: GeGLU, four norms, (1 + w) norms, sqrt(d) embeddings, query_pre_attn_scalar,
+// soft-caps, interleaved sliding windows; Gemma 3 adds QK norms and a local RoPE base.
+void gemma_features(const HfConfigFields& f, const std::string& source, ModelConfig& c) {
+  const bool gemma3 = c.architecture == "gemma3";
+  const std::string act = f.string_opt("hidden_activation")
+                              .value_or(f.string_opt("hidden_act").value_or("gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh" && act != "gelu_new") {
+    throw Error::in_file(ErrorKind::Unsupported, source,
+                         "unsupported hidden_activation '" + act +
+                             "' (ember runs Gemma's tanh GELU: gelu_pytorch_tanh)");
+  }
+  c.mlp = MlpKind::GeGlu;
+  c.norm_weight_offset = c.sandwich_norms = true;
+  c.qk_norm = gemma3;
+  c.embed_scale = std::sqrt(static_cast<float>(c.d_model));
+  c.query_scale = static_cast<float>(
+      1.0 / std::sqrt(f.number_or("query_pre_attn_scalar", static_cast<double>(c.head_dim))));
+  c.attn_softcap = static_cast<float>(f.number_or("attn_logit_softcapping", 0.0));
+  c.final_softcap = static_cast<float>(f.number_or("final_logit_softcapping", 0.0));
+  c.sliding_window = f.int_or("sliding_window", 0);
+  c.sliding_window_pattern = gemma3 ? f.int_or("sliding_window_pattern", 6) : 2;
+  if (const Json* types = f.get("layer_types")) {
+    // Newer configs list each layer; ember needs them to follow (l + 1) % pattern.
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.n_layers) {
+      f.wrong_type("layer_types", *types, "an array with one entry per layer");
+    }
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const bool sliding = (*types)[static_cast<size_t>(l)] == "sliding_attention";
+      if (sliding != (c.layer_window(l) > 0)) {
+        throw Error::in_file(ErrorKind::Unsupported, source,
+                             "layer_types does not follow the sliding_window_pattern " +
+                                 std::to_string(c.sliding_window_pattern) +
+                                 " (other layer patterns are not supported)");
+      }
+    }
+  }
+  if (gemma3) c.rope_local_theta = static_cast<float>(f.number_or("rope_local_base_freq", 10000.0));
+}
+
 // config.json's root object -> ModelConfig, checking fields in the order errors are reported.
 ModelConfig config_from_hf_json(const Json& root, const std::string& source) {
   const HfConfigFields f(root, source);
+  const std::string architecture = architecture_of(f, source);
+  if (architecture == "gpt2") {
+    ModelConfig c = gpt2_config(f, source);
+    c.validate(source);
+    return c;
+  }
 
   ModelConfig c;
-  c.architecture = architecture_of(f, source);
-  const bool qwen2 = c.architecture == "qwen2";
+  c.architecture = architecture;
+  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen3";
+  const bool gemma = c.architecture == "gemma2" || c.architecture == "gemma3";
 
   c.d_model = f.required_int("hidden_size");
   c.d_ffn = f.required_int("intermediate_size");
@@ -93,14 +225,28 @@ ModelConfig config_from_hf_json(const Json& root, const std::string& source) {
   c.n_kv_heads = f.int_or("num_key_value_heads", c.n_heads);
   c.vocab_size = f.required_int("vocab_size");
   c.head_dim = head_dim_of(f, c, source);
-  c.rope_dim = c.head_dim;
+  c.rope_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) *
+                                    f.number_or("partial_rotary_factor", 1.0));
   c.rms_norm_eps = static_cast<float>(f.number_or("rms_norm_eps", 1e-6));
   c.rope_theta = static_cast<float>(f.number_or("rope_theta", 10000.0));
-  c.max_position_embeddings = f.int_or("max_position_embeddings", qwen2 ? 32768 : 2048);
+  c.max_position_embeddings = f.int_or("max_position_embeddings", qwen ? 32768 : 2048);
   parse_rope_scaling(f, source, c);
-  c.tie_word_embeddings = f.bool_or("tie_word_embeddings", false);
+  // Gemma ties its embeddings unless told otherwise.
+  c.tie_word_embeddings = f.bool_or("tie_word_embeddings", gemma);
   // Qwen2 always has q/k/v biases (its config has no key for it); Llama has none by default.
-  c.attention_bias = f.bool_or("attention_bias", qwen2);
+  c.attention_bias = f.bool_or("attention_bias", c.architecture == "qwen2");
+  c.qk_norm = c.architecture == "qwen3";
+  c.fused_qkv = c.fused_gate_up = c.architecture == "phi3";
+  if (c.architecture == "mistral" || c.architecture == "phi3") {
+    c.sliding_window = f.int_or("sliding_window", 0);
+  }
+  // Mistral is a Llama with (optionally) a sliding window: it runs, and is written to GGUF, as one.
+  if (c.architecture == "mistral") c.architecture = "llama";
+  if (qwen && f.bool_or("use_sliding_window", false)) {
+    throw Error::in_file(ErrorKind::Unsupported, source,
+                         "use_sliding_window with max_window_layers is not supported yet");
+  }
+  if (gemma) gemma_features(f, source, c);
   if (auto id = f.token_id("bos_token_id")) c.bos_token_id = *id;
   if (auto id = f.token_id("eos_token_id")) c.eos_token_id = *id;
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -101,7 +102,12 @@ class WeightBuilder {
   const StoredTensor& find(const ExpectedTensor& expected) {
     auto it = ckpt_.tensors.find(expected.name);
     if (it == ckpt_.tensors.end()) {
-      throw Error(ckpt_.path + ": missing tensor " + expected.name);
+      const std::string& arch = ckpt_.config.architecture;
+      const std::string stored =
+          ckpt_.format == CheckpointFormat::Gguf
+              ? gguf_name_from_hf(expected.name, arch).value_or(expected.name)
+              : hf_from_canonical(expected.name, arch);
+      throw Error(ckpt_.path + ": missing tensor " + stored + " (" + arch + ")");
     }
     const TensorView& v = it->second.view;
     std::vector<int64_t> shape = v.shape;
@@ -114,16 +120,25 @@ class WeightBuilder {
     return it->second;
   }
 
-  WeightMatrix matrix(const ExpectedTensor& expected, bool permute_qk, int64_t head_dim) {
-    const int64_t rows = expected.shape[0], cols = expected.shape[1];
-    if (ckpt_.format == CheckpointFormat::ConfigOnly) return random_matrix(expected);
-    const TensorView& src = find(expected).view;
+  // Rows [row_begin, row_begin + n_rows) of the matrix `expected` (all of it when n_rows < 0):
+  // fused Q/K/V and gate/up tensors are split this way.
+  WeightMatrix matrix(const ExpectedTensor& expected, bool permute_qk, int64_t head_dim,
+                      int64_t row_begin = 0, int64_t n_rows = -1, const char* part = "") {
+    const int64_t rows = n_rows < 0 ? expected.shape[0] : n_rows, cols = expected.shape[1];
+    if (ckpt_.format == CheckpointFormat::ConfigOnly) {
+      return random_matrix({expected.name + part, {rows, cols}, true});
+    }
+    const StoredTensor& stored = find(expected);
+    const TensorView& src = stored.view;
     DType target = dtype_.value_or(src.dtype);
     // Quantized blocks span 32 or 256 inputs; a matrix whose rows do not fit (e.g. stories260K's
     // d_ffn = 172) takes llama.cpp's fallback type, or stays in its float dtype.
     target =
         dtype_fitting_row(target, cols, dtype_is_quantized(src.dtype) ? DType::F32 : src.dtype);
-    const WeightMatrix source{src.dtype, src.data, rows, cols, dtype_row_bytes(src.dtype, cols)};
+    if (stored.transposed) return transposed_matrix(stored, target, row_begin, rows);
+    const int64_t src_row_bytes = dtype_row_bytes(src.dtype, cols);
+    const uint8_t* first = src.data + row_begin * src_row_bytes;
+    const WeightMatrix source{src.dtype, first, rows, cols, src_row_bytes};
     const bool permute = permute_qk && ckpt_.qk_rows_interleaved;
     if (target == src.dtype && !permute) {
       const WeightMatrix out = backend_.upload_matrix(source, /*host_is_file=*/true);
@@ -135,7 +150,7 @@ class WeightBuilder {
     std::vector<uint8_t> bytes(static_cast<size_t>(host.bytes()));
     host.data = bytes.data();
     auto source_row = [&](int64_t r) {
-      return src.data + (permute ? interleaved_source_row(r, head_dim) : r) * source.row_bytes;
+      return first + (permute ? interleaved_source_row(r, head_dim) : r) * source.row_bytes;
     };
     if (target == src.dtype) {
       for (int64_t r = 0; r < rows; ++r) {
@@ -151,21 +166,49 @@ class WeightBuilder {
     return backend_.upload_matrix(host, /*host_is_file=*/false);
   }
 
-  const float* vector(const ExpectedTensor& expected, float dummy_value) {
-    const int64_t n = expected.shape[0];
+  // Elements [begin, begin + n) of the vector `expected` (all of it when n < 0), plus `offset`
+  // (HF Gemma's norms apply 1 + w). --dummy: norms (dummy_value 1) are 1, biases small noise.
+  const float* vector(const ExpectedTensor& expected, float dummy_value, float offset = 0.0f,
+                      int64_t begin = 0, int64_t n = -1) {
+    if (n < 0) n = expected.shape[0];
     std::vector<float> host(static_cast<size_t>(n));
     if (ckpt_.format == CheckpointFormat::ConfigOnly) {
-      SplitMix64 rng{hash_name(expected.name, seed_)};
-      // Norm weights are exactly `dummy_value` (1); biases get small noise around 0.
+      SplitMix64 rng{hash_name(expected.name + std::to_string(begin), seed_)};
       for (auto& v : host) v = dummy_value == 0 ? 0.02f * rng.uniform() : dummy_value;
     } else {
       const TensorView& src = find(expected).view;
-      dequantize_row(src.dtype, src.data, host.data(), n);
+      std::vector<float> all(static_cast<size_t>(expected.shape[0]));
+      dequantize_row(src.dtype, src.data, all.data(), expected.shape[0]);
+      for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = all[begin + i] + offset;
     }
     return backend_.upload_vector(host.data(), n);
   }
 
  private:
+  // Rows [row_begin, row_begin + rows) of a matrix stored transposed (GPT-2's Conv1D [in, out]).
+  WeightMatrix transposed_matrix(const StoredTensor& stored, DType target, int64_t row_begin,
+                                 int64_t rows) {
+    const TensorView& src = stored.view;
+    const int64_t out_features = src.shape[0], in_features = src.shape[1];
+    std::vector<float> stored_f32(static_cast<size_t>(out_features * in_features));
+    // The file's [in, out] rows are `out_features` long.
+    for (int64_t i = 0; i < in_features; ++i) {
+      const int64_t row_bytes = dtype_row_bytes(src.dtype, out_features);
+      dequantize_row(src.dtype, src.data + i * row_bytes, stored_f32.data() + i * out_features,
+                     out_features);
+    }
+    WeightMatrix host{target, nullptr, rows, in_features, dtype_row_bytes(target, in_features)};
+    std::vector<uint8_t> bytes(static_cast<size_t>(host.bytes()));
+    host.data = bytes.data();
+    convert_rows(rows, in_features, target, host.row_bytes, bytes.data(),
+                 [&](int64_t r, float* out) {
+                   for (int64_t i = 0; i < in_features; ++i) {
+                     out[i] = stored_f32[static_cast<size_t>(i * out_features + row_begin + r)];
+                   }
+                 });
+    return backend_.upload_matrix(host, /*host_is_file=*/false);
+  }
+
   WeightMatrix random_matrix(const ExpectedTensor& expected) {
     const int64_t rows = expected.shape[0], cols = expected.shape[1];
     DType target = dtype_.value_or(DType::BF16);
@@ -199,6 +242,71 @@ class WeightBuilder {
 
 }  // namespace
 
+namespace {
+
+// One layer's tensors, by canonical name (tensor_names.h), as the config says the family has them.
+void build_layer(WeightBuilder& b, const ModelConfig& c, const std::string& p,
+                 const std::map<std::string, const ExpectedTensor*>& expected, LayerWeights& lw) {
+  auto t = [&](const std::string& suffix) -> const ExpectedTensor& {
+    return *expected.at(p + suffix);
+  };
+  const float norm_offset = c.norm_weight_offset ? 1.0f : 0.0f;
+  const bool layer_norm = c.norm == NormKind::Layer;
+  const int64_t hd = c.head_dim, q = c.q_dim(), kv = c.kv_dim();
+  lw.attn_norm = b.vector(t("input_layernorm.weight"), 1.0f, norm_offset);
+  if (layer_norm) lw.attn_norm_bias = b.vector(t("input_layernorm.bias"), 0.0f);
+  if (c.fused_qkv) {
+    // [q; k; v] rows.
+    const ExpectedTensor& qkv = t("self_attn.qkv_proj.weight");
+    lw.wq = b.matrix(qkv, true, hd, 0, q, "#q");
+    lw.wk = b.matrix(qkv, true, hd, q, kv, "#k");
+    lw.wv = b.matrix(qkv, false, hd, q + kv, kv, "#v");
+    if (c.attention_bias) {
+      const ExpectedTensor& bias = t("self_attn.qkv_proj.bias");
+      lw.bq = b.vector(bias, 0.0f, 0.0f, 0, q);
+      lw.bk = b.vector(bias, 0.0f, 0.0f, q, kv);
+      lw.bv = b.vector(bias, 0.0f, 0.0f, q + kv, kv);
+    }
+  } else {
+    lw.wq = b.matrix(t("self_attn.q_proj.weight"), true, hd);
+    lw.wk = b.matrix(t("self_attn.k_proj.weight"), true, hd);
+    lw.wv = b.matrix(t("self_attn.v_proj.weight"), false, hd);
+    if (c.attention_bias) {
+      lw.bq = b.vector(t("self_attn.q_proj.bias"), 0.0f);
+      lw.bk = b.vector(t("self_attn.k_proj.bias"), 0.0f);
+      lw.bv = b.vector(t("self_attn.v_proj.bias"), 0.0f);
+    }
+  }
+  if (c.qk_norm) {
+    lw.q_norm = b.vector(t("self_attn.q_norm.weight"), 1.0f, norm_offset);
+    lw.k_norm = b.vector(t("self_attn.k_norm.weight"), 1.0f, norm_offset);
+  }
+  lw.wo = b.matrix(t("self_attn.o_proj.weight"), false, hd);
+  if (c.linear_biases) lw.bo = b.vector(t("self_attn.o_proj.bias"), 0.0f);
+  if (c.sandwich_norms) {
+    lw.attn_out_norm = b.vector(t("self_attn.output_norm.weight"), 1.0f, norm_offset);
+  }
+  lw.ffn_norm = b.vector(t("post_attention_layernorm.weight"), 1.0f, norm_offset);
+  if (layer_norm) lw.ffn_norm_bias = b.vector(t("post_attention_layernorm.bias"), 0.0f);
+  if (c.fused_gate_up) {
+    // [gate; up] rows.
+    const ExpectedTensor& gate_up = t("mlp.gate_up_proj.weight");
+    lw.w_gate = b.matrix(gate_up, false, hd, 0, c.d_ffn, "#gate");
+    lw.w_up = b.matrix(gate_up, false, hd, c.d_ffn, c.d_ffn, "#up");
+  } else {
+    if (c.mlp != MlpKind::Gelu) lw.w_gate = b.matrix(t("mlp.gate_proj.weight"), false, hd);
+    lw.w_up = b.matrix(t("mlp.up_proj.weight"), false, hd);
+  }
+  if (c.linear_biases) lw.b_up = b.vector(t("mlp.up_proj.bias"), 0.0f);
+  lw.w_down = b.matrix(t("mlp.down_proj.weight"), false, hd);
+  if (c.linear_biases) lw.b_down = b.vector(t("mlp.down_proj.bias"), 0.0f);
+  if (c.sandwich_norms) {
+    lw.ffn_out_norm = b.vector(t("mlp.output_norm.weight"), 1.0f, norm_offset);
+  }
+}
+
+}  // namespace
+
 ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t dummy_seed,
                            std::shared_ptr<Backend> backend) {
   ModelWeights w;
@@ -211,32 +319,18 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
             : ckpt.torch_dtype == "float16" ? DType::F16
                                             : DType::BF16;
   }
-  WeightBuilder b(ckpt, dtype, dummy_seed, *w.backend);
-  std::vector<ExpectedTensor> expected = expected_tensors(c);
-  size_t i = 0;
-  auto next = [&]() -> const ExpectedTensor& { return expected.at(i++); };
-  w.embed = b.matrix(next(), false, c.head_dim);
-  w.layers.resize(static_cast<size_t>(c.n_layers));
-  for (auto& layer : w.layers) {
-    layer.attn_norm = b.vector(next(), 1.0f);
-    layer.wq = b.matrix(next(), true, c.head_dim);
-    layer.wk = b.matrix(next(), true, c.head_dim);
-    layer.wv = b.matrix(next(), false, c.head_dim);
-    if (c.attention_bias) {
-      layer.bq = b.vector(next(), 0.0f);
-      layer.bk = b.vector(next(), 0.0f);
-      layer.bv = b.vector(next(), 0.0f);
-    }
-    layer.wo = b.matrix(next(), false, c.head_dim);
-    layer.ffn_norm = b.vector(next(), 1.0f);
-    layer.w_gate = b.matrix(next(), false, c.head_dim);
-    layer.w_up = b.matrix(next(), false, c.head_dim);
-    layer.w_down = b.matrix(next(), false, c.head_dim);
-  }
-  w.final_norm = b.vector(next(), 1.0f);
-  w.lm_head = c.tie_word_embeddings ? w.embed : b.matrix(next(), false, c.head_dim);
   if (c.attention_bias && ckpt.qk_rows_interleaved) {
     throw Error(ckpt.path + ": attention biases with interleaved Q/K rows are not supported");
+  }
+  WeightBuilder b(ckpt, dtype, dummy_seed, *w.backend);
+  const std::vector<ExpectedTensor> expected_list = expected_tensors(c);
+  std::map<std::string, const ExpectedTensor*> expected;
+  for (const auto& e : expected_list) expected[e.name] = &e;
+  const float norm_offset = c.norm_weight_offset ? 1.0f : 0.0f;
+
+  w.embed = b.matrix(*expected.at("model.embed_tokens.weight"), false, c.head_dim);
+  if (c.learned_positions) {
+    w.positions = b.matrix(*expected.at("model.embed_positions.weight"), false, c.head_dim);
   }
   std::vector<float> inv_freq = rope_inverse_frequencies(c);
   if (!ckpt.rope_freq_factors.empty()) {
@@ -244,6 +338,23 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
   }
   w.rope_inv_freq =
       w.backend->upload_vector(inv_freq.data(), static_cast<int64_t>(inv_freq.size()));
+  const float* local_inv_freq = w.rope_inv_freq;
+  if (c.rope_local_theta > 0.0f) {
+    const std::vector<float> local = rope_inverse_frequencies(c, /*local=*/true);
+    local_inv_freq = w.backend->upload_vector(local.data(), static_cast<int64_t>(local.size()));
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    build_layer(b, c, "model.layers." + std::to_string(l) + ".", expected, lw);
+    lw.window = c.layer_window(l);
+    lw.rope_inv_freq = lw.window > 0 ? local_inv_freq : w.rope_inv_freq;
+  }
+  w.final_norm = b.vector(*expected.at("model.norm.weight"), 1.0f, norm_offset);
+  if (c.norm == NormKind::Layer)
+    w.final_norm_bias = b.vector(*expected.at("model.norm.bias"), 0.0f);
+  w.lm_head =
+      c.tie_word_embeddings ? w.embed : b.matrix(*expected.at("lm_head.weight"), false, c.head_dim);
   return w;
 }
 

@@ -133,6 +133,11 @@ QuantizePlan plan_checkpoint(const std::string& input, QuantPreset preset,
     throw Error::in_file(ErrorKind::InvalidFile, input, "no weights to quantize");
   }
   const ModelConfig& c = ckpt.config;
+  if (c.architecture != "llama" && c.architecture != "qwen2") {
+    throw Error::in_file(ErrorKind::Unsupported, input,
+                         "ember quantize writes llama and qwen2 models only so far (this is " +
+                             c.architecture + ")");
+  }
   // GGUF's Llama layout rotates interleaved pairs; HF checkpoints store halves.
   const bool permute = c.architecture == "llama" && !ckpt.qk_rows_interleaved;
   if (permute && c.attention_bias) {

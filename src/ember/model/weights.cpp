@@ -13,7 +13,9 @@ namespace {
 template <typename Fn>
 void for_each_matrix(const ModelWeights& w, Fn fn) {
   for (const auto& l : w.layers) {
-    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) fn(*m);
+    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (m->data != nullptr) fn(*m);  // GPT-2 has no gate
+    }
   }
   fn(w.lm_head);
 }
@@ -51,25 +53,71 @@ int64_t ModelWeights::copied_matrix_bytes() const {
   return total;
 }
 
-std::vector<float> rope_inverse_frequencies(const ModelConfig& config) {
-  int64_t half = config.rope_dim / 2;
+namespace {
+
+// Llama 3.1: long wavelengths are divided by `factor`, short ones kept, and the band in between
+// interpolated smoothly.
+double llama3_frequency(const ModelConfig& c, double freq) {
+  const double low_wavelen = c.rope_original_max_position / c.rope_low_freq_factor;
+  const double high_wavelen = c.rope_original_max_position / c.rope_high_freq_factor;
+  const double wavelen = 2.0 * std::numbers::pi / freq;
+  if (wavelen > low_wavelen) return freq / c.rope_factor;
+  if (wavelen < high_wavelen) return freq;
+  const double smooth = (c.rope_original_max_position / wavelen - c.rope_low_freq_factor) /
+                        (c.rope_high_freq_factor - c.rope_low_freq_factor);
+  return (1.0 - smooth) * freq / c.rope_factor + smooth * freq;
+}
+
+// YaRN: dimensions that turn fewer than beta_slow times over the original context are
+// interpolated (divided by factor), those turning more than beta_fast times are kept, with a
+// linear ramp between (the correction range rounded outwards, as HF computes it).
+double yarn_frequency(const ModelConfig& c, int64_t i, double freq) {
+  const double dim = static_cast<double>(c.rope_dim), base = c.rope_theta;
+  const auto correction_dim = [&](double rotations) {
+    return dim *
+           std::log(static_cast<double>(c.rope_original_max_position) /
+                    (rotations * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(base));
+  };
+  const double low = std::max(0.0, std::floor(correction_dim(c.rope_yarn_beta_fast)));
+  double high = std::min(dim - 1.0, std::ceil(correction_dim(c.rope_yarn_beta_slow)));
+  if (high == low) high += 0.001;
+  const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+  const double keep = 1.0 - ramp;  // 1: extrapolate (keep freq), 0: interpolate
+  return freq / c.rope_factor * (1.0 - keep) + freq * keep;
+}
+
+}  // namespace
+
+std::vector<float> rope_inverse_frequencies(const ModelConfig& c, bool local) {
+  const int64_t half = c.rope_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
+  const double theta = local && c.rope_local_theta > 0.0f ? c.rope_local_theta : c.rope_theta;
+  // LongRoPE picks the long factors when the model's context is longer than the original one
+  // (llama.cpp does the same at full context; HF decides by the current sequence length).
+  const std::vector<float>& longrope_factors =
+      c.max_position_embeddings > c.rope_original_max_position ? c.rope_long_factors
+                                                               : c.rope_short_factors;
   for (int64_t i = 0; i < half; ++i) {
-    double freq = std::pow(static_cast<double>(config.rope_theta),
-                           -2.0 * static_cast<double>(i) / static_cast<double>(config.rope_dim));
-    if (config.rope_scaling == RopeScaling::Llama3) {
-      // Llama 3.1: long wavelengths are divided by `factor`, short ones kept, and the band in
-      // between interpolated smoothly.
-      double low_wavelen = config.rope_original_max_position / config.rope_low_freq_factor;
-      double high_wavelen = config.rope_original_max_position / config.rope_high_freq_factor;
-      double wavelen = 2.0 * std::numbers::pi / freq;
-      if (wavelen > low_wavelen) {
-        freq /= config.rope_factor;
-      } else if (wavelen >= high_wavelen) {
-        double smooth =
-            (config.rope_original_max_position / wavelen - config.rope_low_freq_factor) /
-            (config.rope_high_freq_factor - config.rope_low_freq_factor);
-        freq = (1.0 - smooth) * freq / config.rope_factor + smooth * freq;
+    double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dim));
+    if (!local) {
+      switch (c.rope_scaling) {
+        case RopeScaling::None:
+          break;
+        case RopeScaling::Linear:
+          freq /= c.rope_factor;
+          break;
+        case RopeScaling::Llama3:
+          freq = llama3_frequency(c, freq);
+          break;
+        case RopeScaling::Yarn:
+          freq = yarn_frequency(c, i, freq);
+          break;
+        case RopeScaling::LongRope:
+          if (static_cast<int64_t>(longrope_factors.size()) == half) {
+            freq /= longrope_factors[static_cast<size_t>(i)];
+          }
+          break;
       }
     }
     inv[static_cast<size_t>(i)] = static_cast<float>(freq);

@@ -17,27 +17,40 @@
 namespace ember {
 
 struct LayerWeights {
-  const float* attn_norm = nullptr;  // [d_model]
-  WeightMatrix wq;                  // [n_heads * head_dim, d_model], rows in HF half-rotation order
-  WeightMatrix wk;                  // [n_kv_heads * head_dim, d_model]
-  WeightMatrix wv;                  // [n_kv_heads * head_dim, d_model]
-  WeightMatrix wo;                  // [d_model, n_heads * head_dim]
-  const float* bq = nullptr;        // [q_dim] or null (attention bias, Qwen2)
-  const float* bk = nullptr;        // [kv_dim] or null
-  const float* bv = nullptr;        // [kv_dim] or null
-  const float* ffn_norm = nullptr;  // [d_model]
-  WeightMatrix w_gate;              // [d_ffn, d_model]
-  WeightMatrix w_up;                // [d_ffn, d_model]
-  WeightMatrix w_down;              // [d_model, d_ffn]
+  const float* attn_norm = nullptr;       // [d_model]
+  const float* attn_norm_bias = nullptr;  // [d_model] or null (LayerNorm)
+  WeightMatrix wq;                // [n_heads * head_dim, d_model], rows in HF half-rotation order
+  WeightMatrix wk;                // [n_kv_heads * head_dim, d_model]
+  WeightMatrix wv;                // [n_kv_heads * head_dim, d_model]
+  WeightMatrix wo;                // [d_model, n_heads * head_dim]
+  const float* bq = nullptr;      // [q_dim] or null (attention bias: Qwen2, GPT-2)
+  const float* bk = nullptr;      // [kv_dim] or null
+  const float* bv = nullptr;      // [kv_dim] or null
+  const float* bo = nullptr;      // [d_model] or null (GPT-2)
+  const float* q_norm = nullptr;  // [head_dim] or null (Qwen3, Gemma 3)
+  const float* k_norm = nullptr;  // [head_dim] or null
+  const float* attn_out_norm = nullptr;  // [d_model] or null (Gemma: norm of the attn output)
+  const float* ffn_norm = nullptr;       // [d_model]
+  const float* ffn_norm_bias = nullptr;  // [d_model] or null (LayerNorm)
+  WeightMatrix w_gate;                   // [d_ffn, d_model]; empty for GPT-2's ungated MLP
+  WeightMatrix w_up;                     // [d_ffn, d_model]
+  WeightMatrix w_down;                   // [d_model, d_ffn]
+  const float* b_up = nullptr;           // [d_ffn] or null (GPT-2)
+  const float* b_down = nullptr;         // [d_model] or null
+  const float* ffn_out_norm = nullptr;   // [d_model] or null (Gemma: norm of the MLP output)
+  const float* rope_inv_freq = nullptr;  // this layer's RoPE frequencies (Gemma 3: local/global)
+  int64_t window = 0;                    // sliding window of this layer; 0: whole context
 };
 
 struct ModelWeights {
   ModelConfig config;
-  WeightMatrix embed;  // [vocab, d_model]
+  WeightMatrix embed;      // [vocab, d_model]
+  WeightMatrix positions;  // [max_positions, d_model] (GPT-2's wpe); empty otherwise
   std::vector<LayerWeights> layers;
-  const float* final_norm = nullptr;     // [d_model]
-  WeightMatrix lm_head;                  // [vocab, d_model]; the embedding itself when tied
-  const float* rope_inv_freq = nullptr;  // [rope_dim / 2], llama3 scaling already applied
+  const float* final_norm = nullptr;       // [d_model]
+  const float* final_norm_bias = nullptr;  // [d_model] or null (LayerNorm)
+  WeightMatrix lm_head;                    // [vocab, d_model]; the embedding itself when tied
+  const float* rope_inv_freq = nullptr;    // [rope_dim / 2], scaling already applied
 
   // The backend that holds the weights and runs the model; the mappings the weights may point into.
   std::shared_ptr<Backend> backend;
@@ -55,7 +68,8 @@ struct ModelWeights {
   std::string matrix_dtypes() const;
 };
 
-// inv_freq[i] = theta^(-2i/rope_dim), then the "llama3" frequency-dependent scaling if configured.
-std::vector<float> rope_inverse_frequencies(const ModelConfig& config);
+// inv_freq[i] = theta^(-2i/rope_dim), then the configured scaling (linear, llama3, YaRN, LongRoPE).
+// `local`: Gemma 3's sliding layers (rope_local_theta, no scaling).
+std::vector<float> rope_inverse_frequencies(const ModelConfig& config, bool local = false);
 
 }  // namespace ember

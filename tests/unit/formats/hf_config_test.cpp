@@ -6,8 +6,8 @@
 
 #include "ember/core/error.h"
 #include "ember/model/model_config_sources.h"
-#include "unit/formats/format_writers.h"
 #include "test_util.h"
+#include "unit/formats/format_writers.h"
 
 namespace ember {
 namespace {
@@ -189,9 +189,10 @@ TEST(HfConfigErrors, InconsistentNumbers) {
 
 TEST(HfConfigErrors, UnsupportedRopeScalingAndArchitecture) {
   nlohmann::json j = base_config();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
   std::string msg = parse_error(j);
-  EXPECT_TRUE(contains(msg, "unsupported rope_scaling type 'yarn'")) << msg;
+  EXPECT_TRUE(contains(msg, "unsupported rope_scaling type 'dynamic'")) << msg;
+  EXPECT_TRUE(contains(msg, "linear, llama3, yarn and longrope")) << msg;
 
   j = base_config();
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
@@ -199,10 +200,11 @@ TEST(HfConfigErrors, UnsupportedRopeScalingAndArchitecture) {
   EXPECT_TRUE(contains(msg, "missing field 'rope_scaling.low_freq_factor'")) << msg;
 
   j = base_config();
-  j["architectures"] = {"GPT2LMHeadModel"};
-  j["model_type"] = "gpt2";
+  j["architectures"] = {"FalconForCausalLM"};
+  j["model_type"] = "falcon";
   msg = parse_error(j);
-  EXPECT_TRUE(contains(msg, "unsupported architecture 'GPT2LMHeadModel'")) << msg;
+  EXPECT_TRUE(contains(msg, "unsupported architecture 'FalconForCausalLM'")) << msg;
+  EXPECT_TRUE(contains(msg, "gemma2, gemma3, gpt2")) << msg;  // names what ember runs
 }
 
 TEST(HfConfigErrors, InvalidJsonAndMissingFile) {
@@ -237,8 +239,8 @@ TEST(HfConfigErrors, KindsSayMissingUnsupportedOrMalformed) {
   EXPECT_EQ(missing.file(), "/nonexistent/config.json");
 
   nlohmann::json j = base_config();
-  j["architectures"] = {"GPT2LMHeadModel"};
-  j["model_type"] = "gpt2";
+  j["architectures"] = {"FalconForCausalLM"};
+  j["model_type"] = "falcon";
   Error arch = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
   EXPECT_EQ(arch.kind(), ErrorKind::Unsupported);
   EXPECT_EQ(arch.file(), "cfg/config.json");
@@ -249,7 +251,7 @@ TEST(HfConfigErrors, KindsSayMissingUnsupportedOrMalformed) {
   // Checks made after the file is parsed (model_config_sources, ModelConfig::validate) keep the
   // file as context too.
   j = base_config();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
   Error rope = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
   EXPECT_EQ(rope.kind(), ErrorKind::Unsupported);
   EXPECT_EQ(rope.file(), "cfg/config.json");

@@ -46,14 +46,6 @@ nlohmann::json reference_json() {
   return nlohmann::json::parse(in);
 }
 
-std::vector<float> read_floats(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v;
-  float f;
-  while (in.read(reinterpret_cast<char*>(&f), sizeof f)) v.push_back(f);
-  return v;
-}
-
 // All 16 positions' logits: a prefill of kPrefill tokens, then one token per step.
 std::vector<std::vector<float>> run(const std::string& file, const std::string& backend,
                                     const std::vector<int32_t>& ids) {
@@ -116,7 +108,7 @@ TEST_P(QuantZoo, MatchesExactLogitsAndLlamaCppTop1) {
   const std::string file = "zoo-" + GetParam() + ".gguf";
   const nlohmann::json& info = ref["files"][file];
   const auto ids = ref["token_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> exact = read_floats(zoo("zoo-" + GetParam() + ".f64ref.f32"));
+  const std::vector<float> exact = test::read_f32_file(zoo("zoo-" + GetParam() + ".f64ref.f32"));
   const bool is_float = GetParam() == "f32" || GetParam() == "f16" || GetParam() == "bf16";
   const double tolerance = is_float ? kFloatTolerance : kQuantizedTolerance;
   for (const std::string backend : {"cpu", "reference"}) {
@@ -175,7 +167,7 @@ TEST_P(EmberQuantizedPreset, AsCloseToTheF32ModelAsLlamaCppsFile) {
   q.preset = *quant_preset_from_name(preset);
   quantize_model(q);
   const auto ids = ref["token_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> exact = read_floats(zoo("zoo-f32.f64ref.f32"));
+  const std::vector<float> exact = test::read_f32_file(zoo("zoo-f32.f64ref.f32"));
   const double ours = relative_rms(run(out.string(), "cpu", ids), exact);
   const double theirs = relative_rms(run(zoo_name, "cpu", ids), exact);
   std::printf(

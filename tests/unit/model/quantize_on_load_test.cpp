@@ -36,14 +36,6 @@ std::filesystem::path zoo(const std::string& name) {
   return test::fixture("models/quant-zoo/" + name);
 }
 
-std::vector<float> read_floats(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v;
-  float f;
-  while (in.read(reinterpret_cast<char*>(&f), sizeof f)) v.push_back(f);
-  return v;
-}
-
 // zoo-f32.gguf with every matrix quantized to `dtype` on load: all 16 positions' logits.
 std::vector<std::vector<float>> run_quantized(DType dtype, const std::vector<int32_t>& ids) {
   LoadOptions o;
@@ -105,7 +97,7 @@ TEST_P(QuantizeOnLoad, LogitsNearTheF32Model) {
   EMBER_REQUIRE_FIXTURE(zoo("reference.json"));
   std::ifstream in(zoo("reference.json"));
   const auto ids = nlohmann::json::parse(in)["token_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> exact = read_floats(zoo("zoo-f32.f64ref.f32"));
+  const std::vector<float> exact = test::read_f32_file(zoo("zoo-f32.f64ref.f32"));
   const auto rows = run_quantized(c.dtype, ids);
   ASSERT_EQ(rows.size() * rows[0].size(), exact.size());
   const double rel = worst_relative_error(rows, exact);

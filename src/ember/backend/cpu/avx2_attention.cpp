@@ -334,6 +334,26 @@ EMBER_AVX2_INLINE void group_pv(float* acc, int64_t acc_stride, const float* p, 
   }
 }
 
+// Where a step's keys start and what the scores rule adds to scale * (q . k): keys before `first`
+// (outside a sliding window) get -inf, and a soft-cap bends the rest (attention_scores.h). A step
+// is never entirely before `first` (those are skipped), so every step has a finite score.
+struct StepRule {
+  int64_t p0 = 0;     // the step's first key position
+  int64_t first = 0;  // the first key the token attends to
+  float softcap = 0.0f;
+  bool active() const { return first > p0 || softcap > 0.0f; }
+};
+
+void apply_step_rule(float* s, int64_t n, const StepRule& rule) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (rule.p0 + i < rule.first) {
+      s[i] = -INFINITY;
+    } else if (rule.softcap > 0.0f) {
+      s[i] = rule.softcap * std::tanh(s[i] / rule.softcap);
+    }
+  }
+}
+
 // One softmax step of one token for the `group` query heads of a kv head (qg: their queries, hd
 // apart): scores, the online-softmax update of m, l and acc [group, hd_pad], then acc += P V. The
 // step's blocks: kb[b] / vb[b], rows row_stride apart. G > 0: the grouped kernels (group == G,
@@ -342,7 +362,8 @@ template <int G, typename Elem>
 EMBER_AVX2_INLINE void token_step(const float* qg, const Elem* const* kb, const Elem* const* vb,
                                   int64_t group, int64_t bs, int64_t n, int64_t row_stride,
                                   int64_t hd, int64_t hd_pad, __m256i hd_mask, float scale,
-                                  int64_t step_pad, float* scores, float* acc, float* m, float* l) {
+                                  const StepRule& rule, int64_t step_pad, float* scores, float* acc,
+                                  float* m, float* l) {
   if constexpr (G > 0) {
     group_step_scores<G>(qg, kb, bs, n, row_stride, hd, scale, step_pad, scores, step_pad);
   } else {
@@ -351,6 +372,9 @@ EMBER_AVX2_INLINE void token_step(const float* qg, const Elem* const* kb, const 
       step_scores(qg + j * hd, kb, bs, n, row_stride, hd, hd_mask, scale, step_pad,
                   scores + j * step_pad);
     }
+  }
+  if (rule.active()) {
+    for (int64_t j = 0; j < group; ++j) apply_step_rule(scores + j * step_pad, n, rule);
   }
   for (int64_t j = 0; j < group; ++j) {
     float* s = scores + j * step_pad;
@@ -403,9 +427,9 @@ EMBER_AVX2_INLINE void token_step(const float* qg, const Elem* const* kb, const 
 template <int G>
 EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_stride,
                                        int64_t n_heads, const PagedKv& kv,
-                                       const int32_t* block_table, int64_t ctx0, float scale,
-                                       float* out, int64_t out_stride, int64_t kv_head_begin,
-                                       int64_t kv_head_end) {
+                                       const int32_t* block_table, int64_t ctx0,
+                                       const AttentionScores& rules, float* out, int64_t out_stride,
+                                       int64_t kv_head_begin, int64_t kv_head_end) {
   thread_local AttentionScratch scratch;
   const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
   const int64_t group = n_heads / n_kv, rows = nt * group;
@@ -431,6 +455,10 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   }
   float* scores = scratch.scores.data();
   const int64_t ctx_last = ctx0 + nt - 1;  // the longest context among the tokens
+  const float scale = rules.scale;
+  // Steps start at multiples of step_keys for every token; those wholly before the first token's
+  // window are skipped (the first token's window starts earliest).
+  const int64_t p_start = rules.first_key(ctx0) / step_keys * step_keys;
   // One token reads each block once: the grouped kernels widen an f16 block in registers as they
   // go. Several tokens share one widening into the scratch rows.
   const bool inline_f16 = G > 0 && f16 && nt == 1;
@@ -442,7 +470,7 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
     std::fill(scratch.acc.begin(), scratch.acc.begin() + rows * hd_pad, 0.0f);
     std::fill(scratch.m.begin(), scratch.m.begin() + rows, -INFINITY);
     std::fill(scratch.l.begin(), scratch.l.begin() + rows, 0.0f);
-    for (int64_t p0 = 0; p0 < ctx_last; p0 += step_keys) {
+    for (int64_t p0 = p_start; p0 < ctx_last; p0 += step_keys) {
       // This step's blocks for kv head g: each holds bs consecutive rows of hd values.
       const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
       for (int64_t b = 0; b < n_blocks; ++b) {
@@ -474,7 +502,8 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
       }
       for (int64_t u = 0; u < nt; ++u) {
         const int64_t ctx_len = ctx0 + u;
-        if (p0 >= ctx_len) continue;
+        const StepRule rule{p0, rules.first_key(ctx_len), rules.softcap};
+        if (p0 >= ctx_len || p0 + step_keys <= rule.first) continue;
         const int64_t n = std::min(step_keys, ctx_len - p0);
         const float* qg = q + u * q_stride + g * group * hd;  // the group's heads are consecutive
         float* acc = scratch.acc.data() + u * group * hd_pad;
@@ -484,12 +513,12 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         if constexpr (G > 0) {
           if (inline_f16) {
             token_step<G>(qg, blocks.k16, blocks.v16, group, bs, n, row_stride, hd, hd_pad, hd_mask,
-                          scale, step_pad, scores, acc, m, l);
+                          scale, rule, step_pad, scores, acc, m, l);
             continue;
           }
         }
         token_step<G>(qg, blocks.k, blocks.v, group, bs, n, row_stride, hd, hd_pad, hd_mask, scale,
-                      step_pad, scores, acc, m, l);
+                      rule, step_pad, scores, acc, m, l);
       }
     }
     for (int64_t u = 0; u < nt; ++u) {
@@ -512,15 +541,15 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
 
 EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
                                  const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
-                                 float scale, float* out, int64_t out_stride, int64_t kv_head_begin,
-                                 int64_t kv_head_end) {
+                                 const AttentionScores& scores, float* out, int64_t out_stride,
+                                 int64_t kv_head_begin, int64_t kv_head_end) {
   const int64_t group = n_heads / kv.n_kv_heads;
   const bool grouped = kv.head_dim % 8 == 0;
   auto run = grouped && group == 3   ? attention_tokens_group<3>
              : grouped && group == 2 ? attention_tokens_group<2>
              : grouped && group == 1 ? attention_tokens_group<1>
                                      : attention_tokens_group<0>;
-  run(q, nt, q_stride, n_heads, kv, block_table, ctx0, scale, out, out_stride, kv_head_begin,
+  run(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out, out_stride, kv_head_begin,
       kv_head_end);
 }
 

@@ -1,5 +1,6 @@
-// AVX2 elementwise and per-row kernels: rmsnorm, rope, softmax, silu_mul, add_inplace, store_kv
-// and dequantize_row. Rows whose length is not a multiple of 8 finish with masked loads/stores.
+// AVX2 elementwise and per-row kernels: rmsnorm, rope, softmax, silu_mul, gelu_mul, add_inplace,
+// store_kv and dequantize_row. Rows whose length is not a multiple of 8 finish with masked
+// loads/stores.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -127,6 +128,28 @@ EMBER_AVX2 void silu_mul(const float* gate, const float* up, float* out, int64_t
     const __m256i mask = tail_mask(n - i);
     const __m256 r =
         silu_mul8(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask));
+    _mm256_maskstore_ps(out + i, mask, r);
+  }
+}
+
+// gelu(g) = g / (1 + exp(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3): silu's shape with 2u for g.
+EMBER_AVX2_INLINE __m256 gelu8(__m256 g) {
+  const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+  const __m256 u = _mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608028654f),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
+  return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp(u)));
+}
+
+EMBER_AVX2 void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r = gelu8(_mm256_loadu_ps(gate + i));
+    _mm256_storeu_ps(out + i, up != nullptr ? _mm256_mul_ps(r, _mm256_loadu_ps(up + i)) : r);
+  }
+  if (i < n) {
+    const __m256i mask = tail_mask(n - i);
+    __m256 r = gelu8(_mm256_maskload_ps(gate + i, mask));
+    if (up != nullptr) r = _mm256_mul_ps(r, _mm256_maskload_ps(up + i, mask));
     _mm256_maskstore_ps(out + i, mask, r);
   }
 }

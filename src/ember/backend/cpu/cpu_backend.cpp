@@ -141,7 +141,7 @@ void CpuBackend::rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k,
 }
 
 void CpuBackend::attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
-                           float scale, const Batch& batch, float* out) {
+                           const AttentionScores& scores, const Batch& batch, float* out) {
   const auto& cache = static_cast<const HostKvStorage&>(kv);
   const PagedKv view = cache.layer_view(layer);
   const int64_t T = batch.size(), qd = n_heads * view.head_dim;
@@ -177,7 +177,7 @@ void CpuBackend::attention(const KvStorage& kv, int64_t layer, const float* q, i
         prefetch_kv_context(view, table_of(next_t), batch.positions[next_t] + next_nt, next % n_kv);
       }
       attention_tokens(q + t * qd, nt, qd, n_heads, view, table_of(t), batch.positions[t] + 1,
-                       scale, out + t * qd, qd, g0, g1);
+                       scores, out + t * qd, qd, g0, g1);
       i += g1 - g0;
     }
   });
@@ -187,6 +187,43 @@ void CpuBackend::silu_mul(const float* gate, const float* up, float* out, int64_
   for_token_rows(rows, [&](int64_t b, int64_t e) {
     cpu::silu_mul(gate + b * n, up + b * n, out + b * n, (e - b) * n);
   });
+}
+
+void CpuBackend::gelu_mul(const float* gate, const float* up, float* out, int64_t rows, int64_t n) {
+  for_token_rows(rows, [&](int64_t b, int64_t e) {
+    cpu::gelu_mul(gate + b * n, up != nullptr ? up + b * n : nullptr, out + b * n, (e - b) * n);
+  });
+}
+
+void CpuBackend::layernorm(const float* x, const float* weight, const float* bias, float* y,
+                           int64_t rows, int64_t D, float eps) {
+  for_token_rows(rows, [&](int64_t b, int64_t e) {
+    cpu::layernorm(x + b * D, weight, bias, y + b * D, e - b, D, eps);
+  });
+}
+
+void CpuBackend::scale(float* x, float s, int64_t rows, int64_t n) {
+  for_token_rows(rows, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * n; i < e * n; ++i) x[i] *= s;
+  });
+}
+
+void CpuBackend::softcap(float* x, float cap, int64_t rows, int64_t n) {
+  for_token_rows(rows, [&](int64_t b, int64_t e) { cpu::softcap(x + b * n, cap, (e - b) * n); });
+}
+
+void CpuBackend::add_position_embeddings(const WeightMatrix& table, const Batch& batch, float* x) {
+  const int64_t D = table.n_cols;
+  std::vector<float> row(static_cast<size_t>(D));
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    const int32_t pos = batch.positions[static_cast<size_t>(t)];
+    if (pos < 0 || pos >= table.n_rows) {
+      throw Error("position " + std::to_string(pos) + " is past the model's " +
+                  std::to_string(table.n_rows) + " learned positions");
+    }
+    dequantize_row(table, pos, row.data());
+    add_inplace(x + t * D, row.data(), D);
+  }
 }
 
 void CpuBackend::add(float* y, const float* x, int64_t rows, int64_t n) {

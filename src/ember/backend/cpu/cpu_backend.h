@@ -42,9 +42,15 @@ class CpuBackend : public Backend {
   void rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k, const float* v,
                      int64_t n_heads, int64_t rope_dim, const float* inv_freq,
                      const Batch& batch) override;
-  void attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads, float scale,
-                 const Batch& batch, float* out) override;
+  void attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
+                 const AttentionScores& scores, const Batch& batch, float* out) override;
   void silu_mul(const float* gate, const float* up, float* out, int64_t rows, int64_t n) override;
+  void gelu_mul(const float* gate, const float* up, float* out, int64_t rows, int64_t n) override;
+  void layernorm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
+                 int64_t D, float eps) override;
+  void scale(float* x, float s, int64_t rows, int64_t n) override;
+  void softcap(float* x, float cap, int64_t rows, int64_t n) override;
+  void add_position_embeddings(const WeightMatrix& table, const Batch& batch, float* x) override;
   void add(float* y, const float* x, int64_t rows, int64_t n) override;
   void gather_rows(const float* x, int64_t D, std::span<const int32_t> rows, float* out) override;
 

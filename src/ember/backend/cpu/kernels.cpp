@@ -23,6 +23,7 @@ constexpr KernelTable kScalarTable = {
     scalar::rope,
     scalar::softmax,
     scalar::silu_mul,
+    scalar::gelu_mul,
     scalar::add_inplace,
     scalar::store_kv,
     scalar::dequantize_row,
@@ -41,6 +42,7 @@ constexpr KernelTable kAvx2Table = {
     avx2::rope,
     avx2::softmax,
     avx2::silu_mul,
+    avx2::gelu_mul,
     avx2::add_inplace,
     avx2::store_kv,
     avx2::dequantize_row,
@@ -60,6 +62,7 @@ constexpr KernelTable kAvx512Table = {
     avx2::rope,
     avx2::softmax,
     avx2::silu_mul,
+    avx2::gelu_mul,
     avx2::add_inplace,
     avx2::store_kv,
     avx2::dequantize_row,
@@ -197,6 +200,10 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   table().silu_mul(gate, up, out, n);
 }
 
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  table().gelu_mul(gate, up, out, n);
+}
+
 void add_inplace(float* y, const float* x, int64_t n) {
   table().add_inplace(y, x, n);
 }
@@ -210,22 +217,23 @@ void dequantize_row(const WeightMatrix& table_w, int64_t row, float* out) {
 }
 
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-               int64_t ctx_len, float scale, float* out) {
-  table().attention_tokens(q, 1, 0, n_heads, kv, block_table, ctx_len, scale, out, 0, 0,
+               int64_t ctx_len, const AttentionScores& scores, float* out) {
+  table().attention_tokens(q, 1, 0, n_heads, kv, block_table, ctx_len, scores, out, 0, 0,
                            kv.n_kv_heads);
 }
 
 void attention_kv_heads(const float* q, int64_t n_heads, const PagedKv& kv,
-                        const int32_t* block_table, int64_t ctx_len, float scale, float* out,
-                        int64_t kv_head_begin, int64_t kv_head_end) {
-  table().attention_tokens(q, 1, 0, n_heads, kv, block_table, ctx_len, scale, out, 0, kv_head_begin,
-                           kv_head_end);
+                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
+                        float* out, int64_t kv_head_begin, int64_t kv_head_end) {
+  table().attention_tokens(q, 1, 0, n_heads, kv, block_table, ctx_len, scores, out, 0,
+                           kv_head_begin, kv_head_end);
 }
 
 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
-                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
-                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end) {
-  table().attention_tokens(q, nt, q_stride, n_heads, kv, block_table, ctx0, scale, out, out_stride,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                      const AttentionScores& scores, float* out, int64_t out_stride,
+                      int64_t kv_head_begin, int64_t kv_head_end) {
+  table().attention_tokens(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out, out_stride,
                            kv_head_begin, kv_head_end);
 }
 

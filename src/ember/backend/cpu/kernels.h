@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "ember/backend/attention_scores.h"
 #include "ember/backend/weight.h"
 #include "ember/core/dtype.h"
 
@@ -100,6 +101,17 @@ void softmax(float* x, int64_t n);
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
+// out[i] = gelu(gate[i]) * up[i] (up may be null: gelu alone), GELU's tanh form, computed as
+// g / (1 + exp(-2u)) with u = sqrt(2/pi) (g + 0.044715 g^3) (= 0.5 g (1 + tanh u)).
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// y[t] = (x[t] - mean) / sqrt(var + eps) * weight + bias, x/y: [T, D] (may alias).
+void layernorm(const float* x, const float* weight, const float* bias, float* y, int64_t T,
+               int64_t D, float eps);
+
+// x[i] = cap * tanh(x[i] / cap).
+void softcap(float* x, float cap, int64_t n);
+
 // y[i] += x[i].
 void add_inplace(float* y, const float* x, int64_t n);
 
@@ -136,22 +148,23 @@ struct PagedKv {
 // out: [n_heads, head_dim]. Query head h uses kv head h / (n_heads / n_kv_heads) (GQA). Streams
 // K/V blocks with an online softmax; `scale` is usually 1/sqrt(head_dim).
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-               int64_t ctx_len, float scale, float* out);
+               int64_t ctx_len, const AttentionScores& scores, float* out);
 
 // attention() for only the query heads that share kv heads [kv_head_begin, kv_head_end) (q and out
 // still span all n_heads; other heads' outputs are left alone), so one token's heads can be split
 // across threads. Each head's output is the same bits as in the whole call.
 void attention_kv_heads(const float* q, int64_t n_heads, const PagedKv& kv,
-                        const int32_t* block_table, int64_t ctx_len, float scale, float* out,
-                        int64_t kv_head_begin, int64_t kv_head_end);
+                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
+                        float* out, int64_t kv_head_begin, int64_t kv_head_end);
 
 // attention_kv_heads() for nt consecutive query tokens of ONE sequence: token u's heads at
 // q + u * q_stride, its output at out + u * out_stride, its context [0, ctx0 + u) (causal
 // prefill). Every token's output is the same bits as its own single-token call; sharing the call
 // lets the tokens read each K/V block from memory once.
 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
-                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
-                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                      const AttentionScores& scores, float* out, int64_t out_stride,
+                      int64_t kv_head_begin, int64_t kv_head_end);
 
 // A hint: requests the K and V rows of the first kPrefetchContextKeys positions (those below
 // ctx_len) of kv head `kv_head` into cache (L2), so that an attention call about to start on them

@@ -17,13 +17,14 @@ struct KernelTable {
                const int32_t* positions, const float* inv_freq);
   void (*softmax)(float* x, int64_t n);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
+  void (*gelu_mul)(const float* gate, const float* up, float* out, int64_t n);
   void (*add_inplace)(float* y, const float* x, int64_t n);
   void (*store_kv)(const float* x, int64_t n, DType dtype, void* out);
   void (*dequantize_row)(const WeightMatrix& table, int64_t row, float* out);
   void (*attention_tokens)(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
-                           const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
-                           float* out, int64_t out_stride, int64_t kv_head_begin,
-                           int64_t kv_head_end);
+                           const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                           const AttentionScores& scores, float* out, int64_t out_stride,
+                           int64_t kv_head_begin, int64_t kv_head_end);
   void (*quantize_activations)(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
   void (*matmul_q8)(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                     int64_t row_begin, int64_t row_end);
@@ -42,12 +43,14 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_d
           const int32_t* positions, const float* inv_freq);
 void softmax(float* x, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace(float* y, const float* x, int64_t n);
 void store_kv(const float* x, int64_t n, DType dtype, void* out);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
-                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
-                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                      const AttentionScores& scores, float* out, int64_t out_stride,
+                      int64_t kv_head_begin, int64_t kv_head_end);
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
 int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
 void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
@@ -67,12 +70,14 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_d
           const int32_t* positions, const float* inv_freq);
 void softmax(float* x, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace(float* y, const float* x, int64_t n);
 void store_kv(const float* x, int64_t n, DType dtype, void* out);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
-                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
-                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end);
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                      const AttentionScores& scores, float* out, int64_t out_stride,
+                      int64_t kv_head_begin, int64_t kv_head_end);
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
 int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
 void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,

@@ -110,6 +110,16 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float u = kSqrt2OverPi * (g + 0.044715f * g * g * g);
+    const float gelu = g / (1.0f + std::exp(-2.0f * u));
+    out[i] = up != nullptr ? gelu * up[i] : gelu;
+  }
+}
+
 void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
@@ -137,8 +147,8 @@ const float* kv_row(const void* pool, DType dtype, int64_t offset, int64_t hd, f
 }
 
 void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-                   int64_t ctx_len, float scale, float* out, int64_t kv_head_begin,
-                   int64_t kv_head_end) {
+                   int64_t ctx_len, const AttentionScores& scores, float* out,
+                   int64_t kv_head_begin, int64_t kv_head_end) {
   thread_local std::vector<float> acc_buf;
   const int64_t hd = kv.head_dim;
   const int64_t group = n_heads / kv.n_kv_heads;
@@ -150,11 +160,12 @@ void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int
     const float* qh = q + h * hd;
     float m = -INFINITY, l = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
-    for (int64_t p = 0; p < ctx_len; ++p) {
+    for (int64_t p = scores.first_key(ctx_len); p < ctx_len; ++p) {
       const int64_t row = kv.row_offset(block_table[p / kv.block_size], p % kv.block_size, g);
       const float* k = kv_row(kv.k_pool, kv.dtype, row, hd, k_buf);
       const float* v = kv_row(kv.v_pool, kv.dtype, row, hd, v_buf);
-      const float s = dot(qh, k, hd) * scale;
+      float s = dot(qh, k, hd) * scores.scale;
+      if (scores.softcap > 0.0f) s = scores.softcap * std::tanh(s / scores.softcap);
       if (s > m) {
         const float c = std::exp(m - s);  // 0 on the first position (m = -inf)
         l *= c;
@@ -174,11 +185,12 @@ void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int
 
 // Token by token: each runs exactly its single-token computation.
 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
-                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0, float scale,
-                      float* out, int64_t out_stride, int64_t kv_head_begin, int64_t kv_head_end) {
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                      const AttentionScores& scores, float* out, int64_t out_stride,
+                      int64_t kv_head_begin, int64_t kv_head_end) {
   for (int64_t u = 0; u < nt; ++u) {
-    attention_one(q + u * q_stride, n_heads, kv, block_table, ctx0 + u, scale, out + u * out_stride,
-                  kv_head_begin, kv_head_end);
+    attention_one(q + u * q_stride, n_heads, kv, block_table, ctx0 + u, scores,
+                  out + u * out_stride, kv_head_begin, kv_head_end);
   }
 }
 

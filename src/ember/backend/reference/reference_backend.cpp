@@ -135,13 +135,14 @@ void ReferenceBackend::rope_store_kv(KvStorage& kv, int64_t layer, float* q, flo
 }
 
 void ReferenceBackend::attention(const KvStorage& kv, int64_t layer, const float* q,
-                                 int64_t n_heads, float scale, const Batch& batch, float* out) {
+                                 int64_t n_heads, const AttentionScores& scores, const Batch& batch,
+                                 float* out) {
   const auto& cache = static_cast<const cpu::HostKvStorage&>(kv);
   const cpu::PagedKv view = cache.layer_view(layer);
   const int64_t qd = n_heads * view.head_dim;
   for (int64_t t = 0; t < batch.size(); ++t) {
     const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
-    reference::attention(q + t * qd, n_heads, view, seq.block_table, batch.positions[t] + 1, scale,
+    reference::attention(q + t * qd, n_heads, view, seq.block_table, batch.positions[t] + 1, scores,
                          out + t * qd);
   }
 }
@@ -149,6 +150,55 @@ void ReferenceBackend::attention(const KvStorage& kv, int64_t layer, const float
 void ReferenceBackend::silu_mul(const float* gate, const float* up, float* out, int64_t rows,
                                 int64_t n) {
   reference::silu_mul(gate, up, out, rows * n);
+}
+
+void ReferenceBackend::gelu_mul(const float* gate, const float* up, float* out, int64_t rows,
+                                int64_t n) {
+  for (int64_t i = 0; i < rows * n; ++i) {
+    const double g = gate[i];
+    const double gelu =
+        0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+    out[i] = static_cast<float>(up != nullptr ? gelu * up[i] : gelu);
+  }
+}
+
+void ReferenceBackend::layernorm(const float* x, const float* weight, const float* bias, float* y,
+                                 int64_t rows, int64_t D, float eps) {
+  for (int64_t t = 0; t < rows; ++t) {
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < D; ++i) mean += x[t * D + i];
+    mean /= static_cast<double>(D);
+    for (int64_t i = 0; i < D; ++i) var += (x[t * D + i] - mean) * (x[t * D + i] - mean);
+    const double inv = 1.0 / std::sqrt(var / static_cast<double>(D) + eps);
+    for (int64_t i = 0; i < D; ++i) {
+      y[t * D + i] = static_cast<float>((x[t * D + i] - mean) * inv * weight[i] + bias[i]);
+    }
+  }
+}
+
+void ReferenceBackend::scale(float* x, float s, int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows * n; ++i) x[i] *= s;
+}
+
+void ReferenceBackend::softcap(float* x, float cap, int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows * n; ++i) {
+    x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
+  }
+}
+
+void ReferenceBackend::add_position_embeddings(const WeightMatrix& table, const Batch& batch,
+                                               float* x) {
+  const int64_t D = table.n_cols;
+  std::vector<float> row(static_cast<size_t>(D));
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    const int32_t pos = batch.positions[static_cast<size_t>(t)];
+    if (pos < 0 || pos >= table.n_rows) {
+      throw Error("position " + std::to_string(pos) + " is past the model's " +
+                  std::to_string(table.n_rows) + " learned positions");
+    }
+    dequantize_row(table, pos, row.data());
+    for (int64_t i = 0; i < D; ++i) x[t * D + i] += row[static_cast<size_t>(i)];
+  }
 }
 
 void ReferenceBackend::add(float* y, const float* x, int64_t rows, int64_t n) {

@@ -135,7 +135,7 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-               int64_t ctx_len, float scale, float* out) {
+               int64_t ctx_len, const AttentionScores& scores, float* out) {
   const int64_t hd = kv.head_dim;
   const int64_t n_kv = kv.n_kv_heads;
   const int64_t group = n_heads / n_kv;
@@ -156,21 +156,23 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
     }
   }
   std::vector<double> s(static_cast<size_t>(ctx_len));
+  const int64_t first = scores.first_key(ctx_len);  // sliding window
   for (int64_t h = 0; h < n_heads; ++h) {
     const int64_t g = h / group;
     double mx = -INFINITY;
-    for (int64_t p = 0; p < ctx_len; ++p) {
+    for (int64_t p = first; p < ctx_len; ++p) {
       double dot = 0.0;
       for (int64_t d = 0; d < hd; ++d)
         dot += static_cast<double>(q[h * hd + d]) * k[(p * n_kv + g) * hd + d];
-      s[p] = dot * scale;
+      s[p] = dot * scores.scale;
+      if (scores.softcap > 0.0f) s[p] = scores.softcap * std::tanh(s[p] / scores.softcap);
       mx = std::max(mx, s[p]);
     }
     double sum = 0.0;
-    for (int64_t p = 0; p < ctx_len; ++p) sum += s[p] = std::exp(s[p] - mx);
+    for (int64_t p = first; p < ctx_len; ++p) sum += s[p] = std::exp(s[p] - mx);
     for (int64_t d = 0; d < hd; ++d) {
       double acc = 0.0;
-      for (int64_t p = 0; p < ctx_len; ++p) acc += s[p] * v[(p * n_kv + g) * hd + d];
+      for (int64_t p = first; p < ctx_len; ++p) acc += s[p] * v[(p * n_kv + g) * hd + d];
       out[h * hd + d] = ctx_len > 0 ? static_cast<float>(acc / sum) : 0.0f;
     }
   }

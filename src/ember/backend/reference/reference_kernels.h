@@ -23,8 +23,9 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_d
 void softmax(float* x, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
-// Gathers K/V into contiguous arrays, computes full softmax(q·K^T * scale)·V in double.
+// Gathers K/V into contiguous arrays, computes softmax over the window of scores(q·K^T)·V in
+// double (attention_scores.h: scale, soft-cap, sliding window).
 void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-               int64_t ctx_len, float scale, float* out);
+               int64_t ctx_len, const AttentionScores& scores, float* out);
 
 }  // namespace ember::reference

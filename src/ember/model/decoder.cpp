@@ -1,0 +1,101 @@
+#include "ember/model/decoder.h"
+
+#include "ember/core/error.h"
+
+namespace ember {
+
+DecoderModel::DecoderModel(const ModelWeights& weights)
+    : weights_(weights), config_(weights.config), backend_(*weights.backend) {}
+
+void DecoderModel::reserve(int64_t T) {
+  const ModelConfig& c = config_;
+  backend_.reserve(x_, T * c.d_model);
+  backend_.reserve(xn_, T * c.d_model);
+  backend_.reserve(tmp_, T * c.d_model);
+  backend_.reserve(q_, T * c.q_dim());
+  backend_.reserve(attn_, T * c.q_dim());
+  backend_.reserve(k_, T * c.kv_dim());
+  backend_.reserve(v_, T * c.kv_dim());
+  backend_.reserve(gate_, T * c.d_ffn);
+  backend_.reserve(up_, T * c.d_ffn);
+}
+
+void DecoderModel::embed(const Batch& batch) {
+  const int64_t T = batch.size();
+  backend_.embed(weights_.embed, batch, x_.data());
+  if (config_.embed_scale != 1.0f)
+    backend_.scale(x_.data(), config_.embed_scale, T, config_.d_model);
+  if (config_.learned_positions)
+    backend_.add_position_embeddings(weights_.positions, batch, x_.data());
+}
+
+void DecoderModel::norm(const float* x, const float* weight, const float* bias, float* y,
+                        int64_t rows) {
+  if (config_.norm == NormKind::Layer) {
+    backend_.layernorm(x, weight, bias, y, rows, config_.d_model, config_.rms_norm_eps);
+  } else {
+    backend_.rmsnorm(x, weight, y, rows, config_.d_model, config_.rms_norm_eps);
+  }
+}
+
+void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch& batch,
+                             KvStorage& kv) {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.size();
+  backend_.matmul(xn_.data(), T, {&lw.wq, &lw.wk, &lw.wv}, {q_.data(), k_.data(), v_.data()});
+  if (lw.bq != nullptr) {
+    backend_.add_bias(q_.data(), lw.bq, T, c.q_dim());
+    backend_.add_bias(k_.data(), lw.bk, T, c.kv_dim());
+    backend_.add_bias(v_.data(), lw.bv, T, c.kv_dim());
+  }
+  if (lw.q_norm != nullptr) {
+    // Per-head RMSNorm: the heads of every token are rows of head_dim values.
+    backend_.rmsnorm(q_.data(), lw.q_norm, q_.data(), T * c.n_heads, c.head_dim, c.rms_norm_eps);
+    backend_.rmsnorm(k_.data(), lw.k_norm, k_.data(), T * c.n_kv_heads, c.head_dim, c.rms_norm_eps);
+  }
+  if (c.learned_positions) {
+    backend_.store_kv(kv, layer, k_.data(), v_.data(), batch);
+  } else {
+    backend_.rope_store_kv(kv, layer, q_.data(), k_.data(), v_.data(), c.n_heads, c.rope_dim,
+                           lw.rope_inv_freq, batch);
+  }
+  const AttentionScores scores(c.attention_scale(), c.attn_softcap, lw.window);
+  backend_.attention(kv, layer, q_.data(), c.n_heads, scores, batch, attn_.data());
+  backend_.matmul(attn_.data(), T, {&lw.wo}, {tmp_.data()});
+  if (lw.bo != nullptr) backend_.add_bias(tmp_.data(), lw.bo, T, c.d_model);
+}
+
+void DecoderModel::mlp(const LayerWeights& lw, int64_t T) {
+  const ModelConfig& c = config_;
+  const int64_t F = c.d_ffn;
+  if (c.mlp == MlpKind::Gelu) {
+    backend_.matmul(xn_.data(), T, {&lw.w_up}, {up_.data()});
+    if (lw.b_up != nullptr) backend_.add_bias(up_.data(), lw.b_up, T, F);
+    backend_.gelu_mul(up_.data(), nullptr, gate_.data(), T, F);
+  } else {
+    backend_.matmul(xn_.data(), T, {&lw.w_gate, &lw.w_up}, {gate_.data(), up_.data()});
+    if (lw.b_up != nullptr) backend_.add_bias(up_.data(), lw.b_up, T, F);
+    if (c.mlp == MlpKind::GeGlu) {
+      backend_.gelu_mul(gate_.data(), up_.data(), gate_.data(), T, F);
+    } else {
+      backend_.silu_mul(gate_.data(), up_.data(), gate_.data(), T, F);
+    }
+  }
+  backend_.matmul(gate_.data(), T, {&lw.w_down}, {tmp_.data()});
+  if (lw.b_down != nullptr) backend_.add_bias(tmp_.data(), lw.b_down, T, c.d_model);
+}
+
+std::span<const float> DecoderModel::logits(const Batch& batch) {
+  const ModelConfig& c = config_;
+  const auto R = static_cast<int64_t>(batch.logit_rows.size());
+  if (R == 0) return {};
+  backend_.reserve(final_, R * c.d_model);
+  backend_.reserve(logits_, R * c.vocab_size);
+  backend_.gather_rows(x_.data(), c.d_model, batch.logit_rows, final_.data());
+  norm(final_.data(), weights_.final_norm, weights_.final_norm_bias, final_.data(), R);
+  backend_.matmul(final_.data(), R, {&weights_.lm_head}, {logits_.data()});
+  if (c.final_softcap > 0.0f) backend_.softcap(logits_.data(), c.final_softcap, R, c.vocab_size);
+  return backend_.to_host(logits_.data(), R * c.vocab_size, host_logits_);
+}
+
+}  // namespace ember

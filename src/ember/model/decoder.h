@@ -1,0 +1,42 @@
+// The sublayers every family's forward pass is built from, on the backend's ops: token (and
+// position) embedding, the attention sublayer (Q/K/V, biases, QK norms, RoPE, KV store, windowed
+// attention, output projection), the MLP sublayer (SwiGLU, GeGLU or GPT-2's GELU, biases), the
+// family's norm and the logits head (final norm, lm_head, soft-cap). Family files (llama.cpp,
+// gemma.cpp, gpt2.cpp) say how a block wires them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ember/model/model.h"
+
+namespace ember {
+
+class DecoderModel : public Model {
+ protected:
+  explicit DecoderModel(const ModelWeights& weights);
+
+  // Grows the per-step buffers for T tokens.
+  void reserve(int64_t T);
+  // x = embed[token] * embed_scale (+ wpe[position]).
+  void embed(const Batch& batch);
+  // y = norm(x) with the family's norm (RMSNorm or LayerNorm with `bias`), [rows, d_model].
+  void norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows);
+  // tmp = W_O attention(xn) (+ bias) for `layer`.
+  void attention(int64_t layer, const LayerWeights& lw, const Batch& batch, KvStorage& kv);
+  // tmp = W_down act(xn) (+ bias): SwiGLU, GeGLU or GELU.
+  void mlp(const LayerWeights& lw, int64_t T);
+  // Final norm, lm_head and soft-cap for the batch's logit rows.
+  std::span<const float> logits(const Batch& batch);
+
+  const ModelWeights& weights_;
+  const ModelConfig& config_;
+  Backend& backend_;
+  // Per-step activations in the backend's memory, grown as needed: x/xn/tmp [T, d_model],
+  // q/attn [T, q_dim], k/v [T, kv_dim], gate/up [T, d_ffn]; final [R, d_model], logits [R, vocab].
+  Activations x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_, final_, logits_;
+  std::vector<float> host_logits_;  // staging when the backend's memory is not host memory
+};
+
+}  // namespace ember

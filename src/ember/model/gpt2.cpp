@@ -1,0 +1,38 @@
+// GPT-2: LayerNorm with bias, learned absolute positions (no RoPE), biases on every linear, an
+// ungated GELU (tanh) MLP, fused c_attn split into Q/K/V and Conv1D weights transposed at load.
+//   block = x + W_O attn(LN_1(x)) + b_O;  x + W_down gelu(W_up LN_2(x) + b_up) + b_down
+#include "ember/model/decoder.h"
+#include "ember/model/family_models.h"
+
+namespace ember {
+
+namespace {
+
+class Gpt2Model : public DecoderModel {
+ public:
+  explicit Gpt2Model(const ModelWeights& weights) : DecoderModel(weights) {}
+
+  std::span<const float> forward(const Batch& batch, KvStorage& kv) override {
+    const int64_t T = batch.size(), D = config_.d_model;
+    reserve(T);
+    embed(batch);  // token + position embeddings
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+      const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+      norm(x_.data(), lw.attn_norm, lw.attn_norm_bias, xn_.data(), T);
+      attention(l, lw, batch, kv);
+      backend_.add(x_.data(), tmp_.data(), T, D);
+      norm(x_.data(), lw.ffn_norm, lw.ffn_norm_bias, xn_.data(), T);
+      mlp(lw, T);
+      backend_.add(x_.data(), tmp_.data(), T, D);
+    }
+    return logits(batch);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_gpt2_model(const ModelWeights& weights) {
+  return std::make_unique<Gpt2Model>(weights);
+}
+
+}  // namespace ember

@@ -1,0 +1,29 @@
+// A model's forward pass, one class per family (llama.cpp, gemma.cpp, gpt2.cpp), each written
+// once against the backend's ops: it never sees a SIMD type, a thread or a storage layout.
+// A step runs a flat Batch of T tokens from any number of sequences (whole prompts, prompt
+// chunks, single decode tokens): each token's K and V go into the paged cache at its position
+// before attention runs, so a token attends to its sequence's positions [0, position] (or the
+// last `window` of them on a sliding-window layer).
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "ember/backend/backend.h"
+#include "ember/model/weights.h"
+
+namespace ember {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Runs the step (batch must be finalized); returns logits [logit_rows.size(), vocab] in host
+  // memory, valid until the next call. Throws ember::Error for a token id outside the vocabulary
+  // (or, with learned positions, a position past the table).
+  virtual std::span<const float> forward(const Batch& batch, KvStorage& kv) = 0;
+};
+
+// The forward pass of weights.config.architecture's family.
+std::unique_ptr<Model> make_model(const ModelWeights& weights);
+
+}  // namespace ember
