@@ -28,6 +28,46 @@ uint32_t u32_of(int64_t v, const std::string& what) {
   return static_cast<uint32_t>(v);
 }
 
+// RoPE scaling keys as llama.cpp reads them (llama3's factors go as the rope_freqs tensor and
+// LongRoPE's as rope_factors_*, both written by the quantize plan).
+void add_rope_scaling(GgufWriter& w, const ModelConfig& c) {
+  const std::string a = c.architecture + ".";
+  if (c.rope_scaling == RopeScaling::Linear || c.rope_scaling == RopeScaling::Yarn) {
+    w.set(a + "rope.scaling.type",
+          gguf_value::string(c.rope_scaling == RopeScaling::Linear ? "linear" : "yarn"));
+    w.set(a + "rope.scaling.factor", gguf_value::f32(c.rope_factor));
+  }
+  if (c.rope_scaling == RopeScaling::Yarn || c.rope_scaling == RopeScaling::LongRope) {
+    w.set(a + "rope.scaling.original_context_length",
+          gguf_value::u32(u32_of(c.rope_original_max_position, "original context")));
+    w.set(a + "rope.scaling.attn_factor", gguf_value::f32(c.rope_mscale()));
+  }
+  if (c.rope_local_theta > 0.0f)
+    w.set(a + "rope.freq_base_swa", gguf_value::f32(c.rope_local_theta));
+}
+
+// Windows, soft-caps and a query scale other than 1/sqrt(head_dim). llama.cpp b4748 derives
+// Gemma's scale from key_length and fixes Gemma 3's window pattern at 6; the attention.scale and
+// sliding_window_pattern keys carry what a checkpoint says otherwise (ember reads them back).
+void add_attention_features(GgufWriter& w, const ModelConfig& c) {
+  const std::string a = c.architecture + ".";
+  if (c.sliding_window > 0) {
+    w.set(a + "attention.sliding_window", gguf_value::u32(u32_of(c.sliding_window, "window")));
+    if (c.architecture == "gemma3") {
+      w.set(a + "attention.sliding_window_pattern",
+            gguf_value::u32(u32_of(c.sliding_window_pattern, "window pattern")));
+    }
+  }
+  if (c.attn_softcap > 0.0f) w.set(a + "attn_logit_softcapping", gguf_value::f32(c.attn_softcap));
+  if (c.final_softcap > 0.0f) {
+    w.set(a + "final_logit_softcapping", gguf_value::f32(c.final_softcap));
+  }
+  const float default_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.query_scale > 0.0f && std::fabs(c.query_scale - default_scale) > 1e-7f * default_scale) {
+    w.set(a + "attention.scale", gguf_value::f32(c.query_scale));
+  }
+}
+
 std::string model_name(const Checkpoint& ckpt) {
   fs::path p(ckpt.path);
   if (p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
@@ -40,6 +80,8 @@ void add_architecture(GgufWriter& w, const Checkpoint& ckpt) {
   auto u32 = [&](const std::string& key, int64_t v) {
     w.set(a + key, gguf_value::u32(u32_of(v, key)));
   };
+  auto f32 = [&](const std::string& key, float v) { w.set(a + key, gguf_value::f32(v)); };
+  const bool gemma = c.architecture == "gemma2" || c.architecture == "gemma3";
   w.set("general.architecture", gguf_value::string(c.architecture));
   w.set("general.name", gguf_value::string(model_name(ckpt)));
   u32("context_length", c.max_position_embeddings);
@@ -48,14 +90,22 @@ void add_architecture(GgufWriter& w, const Checkpoint& ckpt) {
   u32("block_count", c.n_layers);
   u32("attention.head_count", c.n_heads);
   u32("attention.head_count_kv", c.n_kv_heads);
-  if (c.head_dim * c.n_heads != c.d_model) {
+  if (c.head_dim * c.n_heads != c.d_model || gemma) {
     u32("attention.key_length", c.head_dim);
     u32("attention.value_length", c.head_dim);
   }
-  w.set(a + "rope.freq_base", gguf_value::f32(c.rope_theta));
-  w.set(a + "attention.layer_norm_rms_epsilon", gguf_value::f32(c.rms_norm_eps));
-  u32("rope.dimension_count", c.rope_dim);
+  if (c.norm == NormKind::Layer) {
+    f32("attention.layer_norm_epsilon", c.rms_norm_eps);
+  } else {
+    f32("attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  }
+  if (!c.learned_positions) {
+    f32("rope.freq_base", c.rope_theta);
+    u32("rope.dimension_count", c.rope_dim);
+  }
   u32("vocab_size", c.vocab_size);
+  add_rope_scaling(w, c);
+  add_attention_features(w, c);
 }
 
 nlohmann::json read_json_object(const fs::path& path) {

@@ -103,9 +103,11 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
   c.sliding_window = int_or(a + "attention.sliding_window", 0);
   if (c.architecture == "gemma2") c.sliding_window_pattern = 2;
   if (c.architecture == "gemma3") {
-    c.sliding_window_pattern = 6;
-    c.rope_local_theta = 10000.0f;
+    c.sliding_window_pattern = int_or(a + "attention.sliding_window_pattern", 6);
+    c.rope_local_theta = static_cast<float>(float_or(a + "rope.freq_base_swa", 10000.0));
   }
+  // Written by ember when a checkpoint's query scale is not llama.cpp's default for the family.
+  c.query_scale = static_cast<float>(float_or(a + "attention.scale", c.query_scale));
   c.attn_softcap = static_cast<float>(float_or(a + "attn_logit_softcapping", 0.0));
   c.final_softcap = static_cast<float>(float_or(a + "final_logit_softcapping", 0.0));
   if (c.architecture == "gpt2") c.rope_dim = c.head_dim;  // unused: learned positions

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ember/core/dequantize.h"
 #include "ember/core/error.h"
 #include "ember/model/gguf_model_metadata.h"
 #include "ember/model/tensor_names.h"
@@ -84,7 +85,7 @@ QuantizePlan plan_gguf(const std::string& input, QuantPreset preset) {
 }
 
 // The stored tensor `expected` names, checked as the loader checks it.
-const TensorView& stored_view(const Checkpoint& ckpt, const ExpectedTensor& expected) {
+const StoredTensor& stored_tensor(const Checkpoint& ckpt, const ExpectedTensor& expected) {
   auto it = ckpt.tensors.find(expected.name);
   if (it == ckpt.tensors.end()) {
     throw Error::in_tensor(ErrorKind::InvalidFile, ckpt.path, expected.name,
@@ -99,7 +100,28 @@ const TensorView& stored_view(const Checkpoint& ckpt, const ExpectedTensor& expe
                                shape_to_string(v.shape) + ", expected " +
                                shape_to_string(expected.shape));
   }
-  return v;
+  return it->second;
+}
+
+// A stored tensor as f32 in the layout the GGUF file wants (transposed back to [out, in] when the
+// file stores [in, out]), plus `offset` on every value.
+std::vector<float> float_copy(const StoredTensor& stored, const std::vector<int64_t>& shape,
+                              float offset) {
+  const TensorView& v = stored.view;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> flat(static_cast<size_t>(n));
+  dequantize_row(v.dtype, v.data, flat.data(), n);
+  if (stored.transposed) {
+    const int64_t rows = shape[0], cols = shape[1];  // stored as [cols, rows]
+    std::vector<float> t(flat.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < cols; ++k) t[r * cols + k] = flat[k * rows + r];
+    }
+    flat.swap(t);
+  }
+  for (float& x : flat) x += offset;
+  return flat;
 }
 
 QuantModelShape checkpoint_shape(const ModelConfig& c) {
@@ -112,16 +134,26 @@ QuantModelShape checkpoint_shape(const ModelConfig& c) {
   return m;
 }
 
-void add_rope_freqs(QuantizePlan& plan, const ModelConfig& c) {
-  std::vector<float> factors = rope_freq_factors(c);
-  if (factors.empty()) return;
-  auto data = std::make_shared<std::vector<float>>(std::move(factors));
+void add_vector(QuantizePlan& plan, const std::string& name, std::vector<float> values) {
+  auto data = std::make_shared<std::vector<float>>(std::move(values));
   PlannedTensor t;
-  t.name = "rope_freqs.weight";
+  t.name = name;
   t.shape = {static_cast<int64_t>(data->size())};
   t.source = reinterpret_cast<const uint8_t*>(data->data());
   plan.generated.push_back(std::move(data));
   plan.tensors.push_back(std::move(t));
+}
+
+// Phi-3's LongRoPE factors travel as tensors in GGUF.
+void add_longrope_factors(QuantizePlan& plan, const ModelConfig& c) {
+  if (c.rope_scaling != RopeScaling::LongRope) return;
+  add_vector(plan, "rope_factors_long.weight", c.rope_long_factors);
+  add_vector(plan, "rope_factors_short.weight", c.rope_short_factors);
+}
+
+void add_rope_freqs(QuantizePlan& plan, const ModelConfig& c) {
+  std::vector<float> factors = rope_freq_factors(c);
+  if (!factors.empty()) add_vector(plan, "rope_freqs.weight", std::move(factors));
 }
 
 QuantizePlan plan_checkpoint(const std::string& input, QuantPreset preset,
@@ -133,12 +165,8 @@ QuantizePlan plan_checkpoint(const std::string& input, QuantPreset preset,
     throw Error::in_file(ErrorKind::InvalidFile, input, "no weights to quantize");
   }
   const ModelConfig& c = ckpt.config;
-  if (c.architecture != "llama" && c.architecture != "qwen2") {
-    throw Error::in_file(ErrorKind::Unsupported, input,
-                         "ember quantize writes llama and qwen2 models only so far (this is " +
-                             c.architecture + ")");
-  }
-  // GGUF's Llama layout rotates interleaved pairs; HF checkpoints store halves.
+  // GGUF's Llama layout rotates interleaved pairs; HF checkpoints store halves (every other
+  // architecture's GGUF keeps HF's halves).
   const bool permute = c.architecture == "llama" && !ckpt.qk_rows_interleaved;
   if (permute && c.attention_bias) {
     throw Error::in_file(ErrorKind::Unsupported, input,
@@ -147,16 +175,27 @@ QuantizePlan plan_checkpoint(const std::string& input, QuantPreset preset,
   QuantizePlan plan;
   plan.preset = preset;
   add_rope_freqs(plan, c);
+  add_longrope_factors(plan, c);
   const QuantModelShape model = checkpoint_shape(c);
   for (const ExpectedTensor& e : expected_tensors(c)) {
-    const TensorView& v = stored_view(ckpt, e);
+    const StoredTensor& stored = stored_tensor(ckpt, e);
     PlannedTensor t;
-    t.name = gguf_name_from_hf(e.name).value_or("");
+    t.name = gguf_name_from_hf(e.name, c.architecture).value_or("");
     if (t.name.empty()) throw Error("no GGUF name for tensor " + e.name);
     t.shape = e.shape;
-    t.source_dtype = v.dtype;
-    t.source = v.data;
-    t.target = target_for(preset, t.name, t.shape, v.dtype, DType::F32, model);
+    t.source_dtype = stored.view.dtype;
+    t.source = stored.view.data;
+    // GPT-2's Conv1D [in, out] is written as GGUF's [out, in] rows; HF Gemma's norms store w where
+    // GGUF stores the 1 + w they apply. Both are made in f32 here.
+    const bool gemma_norm = c.norm_weight_offset && !e.is_matrix && e.name.ends_with("norm.weight");
+    if (stored.transposed || gemma_norm) {
+      auto data = std::make_shared<std::vector<float>>(
+          float_copy(stored, e.shape, gemma_norm ? 1.0f : 0.0f));
+      t.source_dtype = DType::F32;
+      t.source = reinterpret_cast<const uint8_t*>(data->data());
+      plan.generated.push_back(std::move(data));
+    }
+    t.target = target_for(preset, t.name, t.shape, t.source_dtype, DType::F32, model);
     const bool is_qk = e.name.ends_with("q_proj.weight") || e.name.ends_with("k_proj.weight");
     t.permute_head_dim = permute && is_qk ? c.head_dim : 0;
     plan.tensors.push_back(std::move(t));

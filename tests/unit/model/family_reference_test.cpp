@@ -5,6 +5,10 @@
 // loads the directory like any HF checkpoint (names, Conv1D transposes, fused QKV / gate-up,
 // Gemma's (1 + w) norms) and checks the logits on the cpu and the reference backend.
 //
+// The same checkpoint written as GGUF by `ember quantize --type F32` (llama.cpp's tensor names and
+// keys, Gemma's norms as 1 + w, GPT-2's Conv1D transposed back, Phi-3's LongRoPE factors as
+// tensors) loads and gives the same logits.
+//
 // Each case runs twice: as one 40-token prefill (the references' semantics; LongRoPE and dynamic
 // NTK depend on the whole sequence) and as a prefill of 24 with 16 single-token decode steps
 // (windows applied across the cache). Tolerance: 2e-5 of the largest |logit| at each position
@@ -22,6 +26,8 @@
 
 #include "ember/core/error.h"
 #include "ember/model/model_loader.h"
+#include "ember/model/model_quantizer.h"
+#include "ember/tokenizer/byte_level.h"
 #include "test_util.h"
 #include "unit/engine/step_engine.h"
 #include "unit/formats/format_writers.h"
@@ -69,6 +75,15 @@ std::filesystem::path write_checkpoint(const nlohmann::json& spec) {
                  generate(t["name"], n, t["offset"].get<double>(), t["scale"].get<double>())));
   }
   test::write_bytes(dir / "model.safetensors", w.build());
+  // A byte-level vocabulary of the 256 bytes (no merges): what `ember quantize` embeds in the GGUF.
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[std::string(byte_level::byte_to_utf8(b))] = b;
+  nlohmann::json tokenizer = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", nlohmann::json::array()}};
+  std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
   return dir;
 }
 
@@ -109,9 +124,16 @@ TEST_P(FamilyReference, HfCheckpointMatchesTheNumpyReference) {
   const auto ids = spec["ids"].get<std::vector<int32_t>>();
   const auto positions = spec["positions"].get<std::vector<size_t>>();
   const auto& expected = spec["logits"];
-  for (size_t prefill : {ids.size(), size_t{24}}) {
+  QuantizeOptions q;
+  q.input = dir.string();
+  q.output = (dir / "model-f32.gguf").string();
+  q.preset = QuantPreset::F32;
+  if (backend == "cpu") quantize_model(q);  // one GGUF per case, checked on the cpu backend
+  std::vector<std::pair<std::filesystem::path, size_t>> runs = {{dir, ids.size()}, {dir, 24}};
+  if (backend == "cpu") runs.push_back({q.output, 24});
+  for (const auto& [path, prefill] : runs) {
     int64_t V = 0;
-    const std::vector<float> logits = run(dir, backend, ids, prefill, &V);
+    const std::vector<float> logits = run(path, backend, ids, prefill, &V);
     double worst = 0;
     for (size_t r = 0; r < positions.size(); ++r) {
       const auto ref = expected[r].get<std::vector<double>>();
@@ -124,9 +146,9 @@ TEST_P(FamilyReference, HfCheckpointMatchesTheNumpyReference) {
       }
       worst = std::max(worst, diff / scale);
     }
-    std::printf("[ family ] %-16s %-9s prefill %2zu: %.2e\n", name.c_str(), backend.c_str(),
-                prefill, worst);
-    EXPECT_LE(worst, kTolerance) << "prefill " << prefill;
+    std::printf("[ family ] %-16s %-9s %-4s prefill %2zu: %.2e\n", name.c_str(), backend.c_str(),
+                path.extension() == ".gguf" ? "gguf" : "hf", prefill, worst);
+    EXPECT_LE(worst, kTolerance) << path << " prefill " << prefill;
   }
 }
 
