@@ -61,3 +61,41 @@ TEST(CliInspect, Stories260KGgufListsTensorsInNaturalOrder) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// Each family says which forward pass runs it and what it switches on.
+TEST(CliInspect, FamiliesAndTheirFeatures) {
+  const auto zoo = [](const char* name) {
+    return test::shell_quote(test::fixture(std::string("models/family-zoo/") + name).string());
+  };
+  auto r = test::run_ember("inspect " + zoo("gemma2.gguf"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("architecture: gemma2 (family gemma)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention soft-cap, logit soft-cap, sliding window 8"), std::string::npos)
+      << r.out;
+  r = test::run_ember("inspect " + zoo("gpt2.gguf") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["architecture"]["family"], "gpt2");
+  EXPECT_NE(j["architecture"]["features"].get<std::string>().find("layernorm, gelu, learned"),
+            std::string::npos);
+  // 124M-class GPT-2 vocab: wte + wpe are embeddings, ln_* norms.
+  EXPECT_EQ(j["parameters"]["embeddings"], 50257 * 128 + 512 * 128);
+  r = test::run_ember("inspect " + zoo("phi3_longrope.gguf"));
+  EXPECT_NE(r.out.find("rope longrope"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fused qkv, fused gate/up"), std::string::npos) << r.out;
+
+  // An architecture ember does not run is refused by name, with the list of those it does.
+  const auto falcon = test::fixture("tokenizer-tests/ggml-vocab-falcon.gguf");
+  r = test::run_ember("inspect " + test::shell_quote(falcon.string()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("unsupported architecture 'falcon' (ember runs llama, mistral, qwen2, "
+                       "qwen3, phi3, gemma2, gemma3, gpt2)"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace ember

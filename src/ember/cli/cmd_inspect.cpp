@@ -150,6 +150,8 @@ void print_json(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
   j["path"] = ckpt.path;
   j["format"] = format_name(ckpt.format);
   j["architecture"] = {{"arch", c.architecture},
+                       {"family", c.family()},
+                       {"features", c.feature_summary()},
                        {"d_model", c.d_model},
                        {"d_ffn", c.d_ffn},
                        {"n_layers", c.n_layers},
@@ -213,7 +215,8 @@ void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
     std::printf("%-48s %-22s %-6s %14s\n", r.name.c_str(), shape_to_string(r.shape).c_str(),
                 r.dtype.c_str(), with_commas(r.numel).c_str());
   }
-  std::printf("\narchitecture: %s\n", c.architecture.c_str());
+  std::printf("\narchitecture: %s (family %s)\n", c.architecture.c_str(), c.family());
+  std::printf("  features: %s\n", c.feature_summary().c_str());
   std::printf("  d_model %lld, d_ffn %lld, layers %lld, heads %lld, kv heads %lld, head_dim %lld\n",
               (long long)c.d_model, (long long)c.d_ffn, (long long)c.n_layers, (long long)c.n_heads,
               (long long)c.n_kv_heads, (long long)c.head_dim);

@@ -31,6 +31,12 @@ float ModelConfig::attention_scale() const {
   return static_cast<float>(base * m * m);
 }
 
+const char* ModelConfig::family() const {
+  if (architecture == "gpt2") return "gpt2";
+  if (architecture == "gemma2" || architecture == "gemma3") return "gemma";
+  return "llama";
+}
+
 std::string ModelConfig::feature_summary() const {
   std::string f = norm == NormKind::Layer ? "layernorm" : "rmsnorm";
   if (norm_weight_offset) f += "(1+w)";
@@ -43,6 +49,8 @@ std::string ModelConfig::feature_summary() const {
     if (rope_local_theta > 0.0f)
       f += " (local base " + std::to_string(int64_t(rope_local_theta)) + ")";
   }
+  if (fused_qkv) f += ", fused qkv";
+  if (fused_gate_up) f += ", fused gate/up";
   if (attention_bias) f += ", qkv bias";
   if (linear_biases) f += ", linear biases";
   if (qk_norm) f += ", qk-norm";

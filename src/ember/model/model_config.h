@@ -87,7 +87,9 @@ struct ModelConfig {
   // The attention score scale: query_scale (or 1/sqrt(head_dim)) times rope_mscale()^2, since
   // scaling both q and k by the mscale scales their dot product by its square.
   float attention_scale() const;
-  // "rmsnorm, swiglu, rope(neox) ..." — what this config switches on, for `ember inspect`.
+  // Which forward pass runs it: "llama" (llama, mistral, qwen2, qwen3, phi3), "gemma", "gpt2".
+  const char* family() const;
+  // "rmsnorm, swiglu, rope ..." — what this config switches on, for `ember inspect`.
   std::string feature_summary() const;
 
   // Throws ember::Error("<source>: ...") of kind InvalidFile, with `source` as its file, when a
