@@ -83,6 +83,10 @@ TEST(CliInspect, FamiliesAndTheirFeatures) {
             std::string::npos);
   // 124M-class GPT-2 vocab: wte + wpe are embeddings, ln_* norms.
   EXPECT_EQ(j["parameters"]["embeddings"], 50257 * 128 + 512 * 128);
+  r = test::run_ember("inspect " + zoo("phi3.gguf") + " --ctx 512");
+  EXPECT_NE(r.out.find("sliding window 12 on every layer: at most 48 positions resident"),
+            std::string::npos)
+      << r.out;
   r = test::run_ember("inspect " + zoo("phi3_longrope.gguf"));
   EXPECT_NE(r.out.find("rope longrope"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fused qkv, fused gate/up"), std::string::npos) << r.out;

@@ -238,7 +238,21 @@ void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
                 with_commas(t.kv_per_token.at(k) * t.ctx * o.batch).c_str(), (long long)t.ctx,
                 (long long)o.batch);
   }
-  std::printf("  (ember's cache stores f32 today)\n");
+  std::printf("  (ember's cache stores f32 by default, f16 with --kv-dtype f16)\n");
+  const ModelConfig& cw = ckpt.config;
+  if (cw.sliding_window > 0 && cw.sliding_window_pattern <= 1 && cw.sliding_window < t.ctx) {
+    // Blocks behind every layer's window go back to the pool: the window plus the block being
+    // written and one a prompt chunk may reach into (16-token blocks).
+    const int64_t resident = std::min<int64_t>(t.ctx, (cw.sliding_window + 15) / 16 * 16 + 32);
+    std::printf(
+        "  sliding window %lld on every layer: at most %lld positions resident per "
+        "sequence, %s bytes (f32) for batch %lld\n",
+        (long long)cw.sliding_window, (long long)resident,
+        with_commas(t.kv_per_token.at("f32") * resident * o.batch).c_str(), (long long)o.batch);
+  } else if (cw.sliding_window > 0) {
+    std::printf("  sliding window %lld on some layers: the global layers keep the whole context\n",
+                (long long)cw.sliding_window);
+  }
   if (o.metadata && ckpt.gguf) {
     std::printf("\nmetadata:\n");
     for (const auto& [key, value] : ckpt.gguf->metadata()) {

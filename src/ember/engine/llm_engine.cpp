@@ -42,14 +42,26 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int32_t to
   return lp;
 }
 
+// The scheduler's settings, with the window whose passed blocks it gives back when every layer
+// of the model slides (Gemma's global layers need every position: nothing is given back there).
+SchedulerConfig scheduler_config(const ModelWeights& weights, const LLMEngineOptions& options) {
+  SchedulerConfig s = options.scheduler;
+  const ModelConfig& c = weights.config;
+  if (options.engine.release_window_blocks && c.sliding_window > 0 &&
+      c.sliding_window_pattern <= 1) {
+    s.sliding_window = c.sliding_window;
+  }
+  return s;
+}
+
 }  // namespace
 
 LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
                      const LLMEngineOptions& options)
     : tokenizer_(tokenizer),
       runner_(weights, options.engine),
-      scheduler_(options.scheduler, runner_.kv_shape().n_blocks, runner_.kv_shape().block_size,
-                 options.engine.prefix_caching) {
+      scheduler_(scheduler_config(weights, options), runner_.kv_shape().n_blocks,
+                 runner_.kv_shape().block_size, options.engine.prefix_caching) {
   update_gauges();
 }
 
@@ -124,6 +136,11 @@ void LLMEngine::resume_session(Sequence& seq) {
   while (common < limit &&
          cache.tokens[static_cast<size_t>(common)] == seq.tokens[static_cast<size_t>(common)]) {
     ++common;
+  }
+  if (KvBlockManager::has_released_blocks(cache.table)) {
+    // A sliding window gave part of it back: recompute rather than read around the holes.
+    scheduler_.release(cache.table);
+    return;
   }
   scheduler_.truncate(cache.table, common);
   seq.block_table = std::move(cache.table);

@@ -22,6 +22,9 @@ struct EngineOptions {
   int64_t kv_blocks = 0;      // 0: enough for max_sequences x max_context
   bool prefix_caching = false;
   DType kv_dtype = DType::F32;  // KV cache storage: F32, or F16 (half the memory and traffic)
+  // Models whose every layer has a sliding window: blocks the window has passed go back to the
+  // pool (false keeps every block, for tests that compare the two).
+  bool release_window_blocks = true;
 };
 
 class ModelRunner {

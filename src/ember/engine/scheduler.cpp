@@ -124,6 +124,10 @@ void Scheduler::commit(const ScheduledChunk& chunk) {
   s.n_cached += chunk.n_tokens;
   kv_.commit(s.block_table,
              std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.n_cached)));
+  // The next token (position n_cached) attends from n_cached - window + 1 on.
+  if (config_.sliding_window > 0) {
+    kv_.release_before(s.block_table, s.n_cached - config_.sliding_window + 1);
+  }
 }
 
 std::unique_ptr<Sequence> Scheduler::remove(Sequence* seq, bool keep_blocks) {

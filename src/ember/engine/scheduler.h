@@ -20,6 +20,10 @@ namespace ember {
 struct SchedulerConfig {
   int64_t max_batched_tokens = 512;  // tokens per forward step (decodes + prompt chunks)
   int64_t max_sequences = 64;        // running sequences at once
+  // > 0 when every layer attends to only this many positions (Mistral, Phi-3): the blocks a
+  // sequence's window has passed go back to the pool after each step, so its KV memory stays
+  // bounded by the window however long it generates.
+  int64_t sliding_window = 0;
 };
 
 // What one sequence runs in the next step: its next n_tokens pending tokens.
@@ -39,7 +43,7 @@ class Scheduler {
   // prompt larger than the whole pool) are moved to `failed`.
   std::vector<ScheduledChunk> schedule(std::vector<std::unique_ptr<Sequence>>& failed);
   // After the step ran: the chunk's tokens are in the cache (registers full blocks for the prefix
-  // cache).
+  // cache; gives back the blocks behind a sliding window).
   void commit(const ScheduledChunk& chunk);
   // Removes a running or waiting sequence and frees its blocks (or leaves them in its block table,
   // for a session to keep).

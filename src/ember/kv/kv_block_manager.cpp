@@ -134,15 +134,31 @@ void KvBlockManager::commit(KvBlockTable& table, std::span<const int32_t> tokens
 
 void KvBlockManager::release(KvBlockTable& table) {
   // Later blocks first, so within one sequence the LRU evicts a prefix's tail before its head.
-  for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) drop(*it);
+  for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) {
+    if (*it >= 0) drop(*it);
+  }
   table.blocks.clear();
   table.hashes.clear();
+}
+
+void KvBlockManager::release_before(KvBlockTable& table, int64_t first_kept) {
+  const int64_t n =
+      std::min<int64_t>(first_kept / block_size(), static_cast<int64_t>(table.blocks.size()));
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t& block = table.blocks[static_cast<size_t>(i)];
+    if (block >= 0) drop(block);
+    block = -1;
+  }
+}
+
+bool KvBlockManager::has_released_blocks(const KvBlockTable& table) {
+  return std::find(table.blocks.begin(), table.blocks.end(), -1) != table.blocks.end();
 }
 
 void KvBlockManager::truncate(KvBlockTable& table, int64_t n_tokens) {
   const size_t keep = static_cast<size_t>((n_tokens + block_size() - 1) / block_size());
   while (table.blocks.size() > keep) {
-    drop(table.blocks.back());
+    if (table.blocks.back() >= 0) drop(table.blocks.back());
     table.blocks.pop_back();
   }
   // Only blocks that are still completely valid keep their hash in this table.

@@ -44,6 +44,11 @@ class KvBlockManager {
   void commit(KvBlockTable& table, std::span<const int32_t> tokens);
   // Drops the table's references; blocks that reach zero become free (or cached, if hashed).
   void release(KvBlockTable& table);
+  // Sliding window: gives back the blocks wholly before position `first_kept` (no later token
+  // attends to them). Their table entries become -1; the table keeps its length and hashes.
+  void release_before(KvBlockTable& table, int64_t first_kept);
+  // Whether release_before() took any of the table's blocks.
+  static bool has_released_blocks(const KvBlockTable& table);
   // Keeps only the blocks covering positions [0, n_tokens); the rest are released. A kept
   // partial block is forgotten by the prefix cache's chain of this table (it will be rewritten).
   void truncate(KvBlockTable& table, int64_t n_tokens);

@@ -458,7 +458,14 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   const float scale = rules.scale;
   // Steps start at multiples of step_keys for every token; those wholly before the first token's
   // window are skipped (the first token's window starts earliest).
-  const int64_t p_start = rules.first_key(ctx0) / step_keys * step_keys;
+  const int64_t tile_first = rules.first_key(ctx0);
+  const int64_t p_start = tile_first / step_keys * step_keys;
+  // Blocks wholly before the window may have gone back to the pool (their table entries are -1):
+  // a step that starts before the window reads the window's first block in their place, under
+  // scores of -inf (weight exactly 0 on finite values).
+  const auto block_of = [&](int64_t index) {
+    return block_table[std::max(index, tile_first / bs)];
+  };
   // One token reads each block once: the grouped kernels widen an f16 block in registers as they
   // go. Several tokens share one widening into the scratch rows.
   const bool inline_f16 = G > 0 && f16 && nt == 1;
@@ -475,12 +482,12 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
       const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
       for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t pb = p0 + b * bs;
-        const int64_t first = kv.row_offset(block_table[pb / bs], 0, g);
+        const int64_t first = kv.row_offset(block_of(pb / bs), 0, g);
         // The next block sits anywhere in the pool: the hardware prefetcher cannot guess it, so
         // its rows for this head are requested now.
         if (pb + bs < ctx_last) {
           const int64_t next_rows = std::min(bs, ctx_last - pb - bs);
-          const int64_t next = kv.row_offset(block_table[pb / bs + 1], 0, g) * elem_bytes;
+          const int64_t next = kv.row_offset(block_of(pb / bs + 1), 0, g) * elem_bytes;
           prefetch_span(static_cast<const char*>(kv.k_pool) + next, next_rows * hd * elem_bytes);
           prefetch_span(static_cast<const char*>(kv.v_pool) + next, next_rows * hd * elem_bytes);
         }

@@ -243,7 +243,9 @@ void prefetch_kv_context(const PagedKv& kv, const int32_t* block_table, int64_t 
   const int64_t end = std::min(ctx_len, kPrefetchContextKeys);
   for (int64_t pos = 0; pos < end; pos += kv.block_size) {
     const int64_t rows = std::min(kv.block_size, end - pos);
-    const int64_t at = kv.row_offset(block_table[pos / kv.block_size], 0, kv_head) * elem_bytes;
+    const int32_t block = block_table[pos / kv.block_size];
+    if (block < 0) continue;  // behind a sliding window, back in the pool
+    const int64_t at = kv.row_offset(block, 0, kv_head) * elem_bytes;
     const auto* k = static_cast<const char*>(kv.k_pool) + at;
     const auto* v = static_cast<const char*>(kv.v_pool) + at;
     for (int64_t i = 0; i < rows * kv.head_dim * elem_bytes; i += 64) {

@@ -142,7 +142,9 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
   // Gather K/V [ctx_len, n_kv, hd] contiguously through the block table.
   std::vector<float> k(static_cast<size_t>(ctx_len * n_kv * hd));
   std::vector<float> v(k.size());
-  for (int64_t p = 0; p < ctx_len; ++p) {
+  const int64_t first = scores.first_key(ctx_len);  // sliding window
+  // Positions before the window are never read: their blocks may be back in the pool.
+  for (int64_t p = first; p < ctx_len; ++p) {
     for (int64_t i = 0; i < n_kv * hd; ++i) {
       const int64_t e =
           kv.row_offset(block_table[p / kv.block_size], p % kv.block_size, i / hd) + i % hd;
@@ -156,7 +158,6 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
     }
   }
   std::vector<double> s(static_cast<size_t>(ctx_len));
-  const int64_t first = scores.first_key(ctx_len);  // sliding window
   for (int64_t h = 0; h < n_heads; ++h) {
     const int64_t g = h / group;
     double mx = -INFINITY;

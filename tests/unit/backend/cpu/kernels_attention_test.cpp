@@ -99,6 +99,43 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
   }
 }
 
+// Sliding windows and soft-caps (attention_scores.h), with the blocks wholly behind the window
+// given back to the pool (table entries -1): every ISA against the reference, and a tile of
+// tokens against single-token calls bit for bit (each token's own window).
+TEST(KernelsAttention, WindowAndSoftCapWithReleasedBlocks) {
+  const Case c{9, 3, 64, 16, 150};  // several softmax steps; the window starts inside a step
+  for (Isa isa : supported_isas()) {
+    for (DType dtype : {DType::F32, DType::F16}) {
+      IsaScope scope(isa);
+      SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype));
+      for (int64_t window : {1, 20, 37, 100, 400}) {
+        for (float cap : {0.0f, 0.7f}) {
+          const AttentionScores scores(0.5f, cap, window);
+          Pool p = make_pool(c, 31 + static_cast<uint32_t>(window), dtype);
+          const int64_t nt = 8, ctx0 = c.ctx_len - nt + 1, qd = c.n_heads * c.head_dim;
+          // The first token's window starts earliest; blocks wholly before it are gone.
+          for (int64_t b = 0; b < scores.first_key(ctx0) / c.block_size; ++b) p.table[b] = -1;
+          auto q = random_floats(nt * qd, 32, -3.0f, 3.0f);
+          std::vector<float> tiled(q.size()), single(q.size()), want(q.size());
+          attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), ctx0, scores,
+                           tiled.data(), qd, 0, c.n_kv_heads);
+          for (int64_t u = 0; u < nt; ++u) {
+            attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), ctx0 + u, scores,
+                      single.data() + u * qd);
+            reference::attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), ctx0 + u,
+                                 scores, want.data() + u * qd);
+          }
+          EXPECT_EQ(std::memcmp(tiled.data(), single.data(), tiled.size() * 4), 0)
+              << "window " << window << " cap " << cap;
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(single[i], want[i], 2e-5) << "window " << window << " cap " << cap;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Large scores (peaked softmax, the running max changes often) stay accurate.
 TEST(KernelsAttention, PeakedScores) {
   const Case c{6, 2, 16, 4, 45};
