@@ -119,7 +119,7 @@ Command add_chat_command(CLI::App& app) {
   o->sampling.add_to(*cmd);
   cmd->add_option("--system", o->system, "System message");
   cmd->add_option("--chat-template", o->template_name,
-                  "Force a template: chatml, llama3, llama2, plain");
+                  "Force a template: chatml, llama3, llama2, gemma, phi3, plain");
   cmd->add_option("-n,--n-predict", o->n_predict, "Maximum tokens per reply")
       ->capture_default_str();
   return [o] { return chat_command(*o); };

@@ -152,8 +152,9 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix caching");
   cmd->add_option("--max-waiting", o->max_waiting, "Queued requests before answering 429")
       ->capture_default_str();
-  cmd->add_option("--chat-template", o->chat_template,
-                  "chatml, llama3, llama2 or plain (default: recognised from the model)");
+  cmd->add_option(
+      "--chat-template", o->chat_template,
+      "chatml, llama3, llama2, gemma, phi3 or plain (default: recognised from the model)");
   cmd->add_option("--model-name", o->model_name,
                   "Model id reported by /v1/models (default: file name)");
   cmd->add_option("--drain-timeout", o->drain_timeout,

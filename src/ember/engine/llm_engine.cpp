@@ -42,6 +42,23 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int32_t to
   return lp;
 }
 
+// EOS plus the end-of-turn control tokens chat templates close a turn with (as llama.cpp's
+// end-of-generation list): a token counts when the text encodes, with special tokens parsed, to
+// exactly one id.
+std::vector<int32_t> end_of_generation_tokens(const Tokenizer* tokenizer) {
+  std::vector<int32_t> out;
+  if (tokenizer == nullptr) return out;
+  if (tokenizer->eos_id() >= 0) out.push_back(tokenizer->eos_id());
+  for (const char* text :
+       {"<end_of_turn>", "<|end|>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>"}) {
+    const std::vector<int32_t> ids = tokenizer->encode_with_special(text, false, true);
+    if (ids.size() == 1 && std::find(out.begin(), out.end(), ids[0]) == out.end()) {
+      out.push_back(ids[0]);
+    }
+  }
+  return out;
+}
+
 // The scheduler's settings, with the window whose passed blocks it gives back when every layer
 // of the model slides (Gemma's global layers need every position: nothing is given back there).
 SchedulerConfig scheduler_config(const ModelWeights& weights, const LLMEngineOptions& options) {
@@ -59,6 +76,7 @@ SchedulerConfig scheduler_config(const ModelWeights& weights, const LLMEngineOpt
 LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
                      const LLMEngineOptions& options)
     : tokenizer_(tokenizer),
+      end_of_generation_(end_of_generation_tokens(tokenizer)),
       runner_(weights, options.engine),
       scheduler_(scheduler_config(weights, options), runner_.kv_shape().n_blocks,
                  runner_.kv_shape().block_size, options.engine.prefix_caching) {
@@ -283,8 +301,9 @@ void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
   }
   if (s.n_generated() == 0) s.first_token_time = now;
   s.last_token_time = now;
-  const int32_t eos = tokenizer_ ? tokenizer_->eos_id() : -1;
-  if (token == eos && !req.ignore_eos) {
+  const bool ends = std::find(end_of_generation_.begin(), end_of_generation_.end(), token) !=
+                    end_of_generation_.end();
+  if (ends && !req.ignore_eos) {
     finish(&s, FinishReason::Stop);
     return;
   }

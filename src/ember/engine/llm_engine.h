@@ -85,6 +85,9 @@ class LLMEngine {
   };
 
   const Tokenizer* tokenizer_;
+  // Tokens that end a generation: EOS, and the end-of-turn tokens of chat templates whose turns do
+  // not end with EOS (Gemma's <end_of_turn>, Phi-3's <|end|>, ...) when the vocabulary has them.
+  std::vector<int32_t> end_of_generation_;
   ModelRunner runner_;
   Scheduler scheduler_;
   Batch batch_;

@@ -134,6 +134,43 @@ ChatPrompt format_llama2(std::span<const ChatMessage> messages) {
   return p;
 }
 
+// Gemma 2 / 3: BOS, then "<start_of_turn>{user|model}\n" + trimmed content + "<end_of_turn>\n" per
+// message (the assistant's role is spelled "model"); a leading system message is folded into the
+// first user turn followed by a blank line, as Gemma 3's template does (Gemma 2's refuses system
+// messages). The generation prompt opens "<start_of_turn>model\n".
+ChatPrompt format_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt) {
+  ChatPrompt p;
+  add_marker(p, ChatPrompt::Piece::Kind::Bos);
+  std::string system_prefix;
+  if (!messages.empty() && messages[0].role == "system") {
+    system_prefix = strip(messages[0].content) + "\n\n";
+    messages = messages.subspan(1);
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const std::string role = m.role == "assistant" ? "model" : m.role;
+    std::string content = i == 0 ? system_prefix + strip(m.content) : strip(m.content);
+    add_text(p, "<start_of_turn>" + role + "\n" + content + "<end_of_turn>\n");
+  }
+  if (add_generation_prompt) add_text(p, "<start_of_turn>model\n");
+  return p;
+}
+
+// Phi-3 (mini/medium instruct): "<|{role}|>\n" + content + "<|end|>\n" per message; the
+// generation prompt opens "<|assistant|>\n", and without one the text ends with EOS.
+ChatPrompt format_phi3(std::span<const ChatMessage> messages, bool add_generation_prompt) {
+  ChatPrompt p;
+  for (const ChatMessage& m : messages) {
+    add_text(p, "<|" + m.role + "|>\n" + m.content + "<|end|>\n");
+  }
+  if (add_generation_prompt) {
+    add_text(p, "<|assistant|>\n");
+  } else {
+    add_marker(p, ChatPrompt::Piece::Kind::Eos);
+  }
+  return p;
+}
+
 // No template: the contents, one per line, so a base model simply continues the text (a single
 // user message "Once upon a time" is exactly the prompt `ember run -p` would see).
 ChatPrompt format_plain(std::span<const ChatMessage> messages) {
@@ -183,11 +220,15 @@ ChatTemplate ChatTemplate::from_name(std::string_view name) {
     t.kind_ = ChatTemplateKind::Llama3;
   else if (name == "llama2")
     t.kind_ = ChatTemplateKind::Llama2;
+  else if (name == "gemma")
+    t.kind_ = ChatTemplateKind::Gemma;
+  else if (name == "phi3")
+    t.kind_ = ChatTemplateKind::Phi3;
   else if (name == "plain")
     t.kind_ = ChatTemplateKind::Plain;
   else {
     throw Error("unknown chat template '" + std::string(name) +
-                "' (expected chatml, llama3, llama2 or plain)");
+                "' (expected chatml, llama3, llama2, gemma, phi3 or plain)");
   }
   return t;
 }
@@ -201,6 +242,11 @@ ChatTemplate ChatTemplate::detect(std::string_view source) {
     t.kind_ = ChatTemplateKind::Llama3;
   } else if (source.find("[INST]") != std::string_view::npos) {
     t.kind_ = ChatTemplateKind::Llama2;
+  } else if (source.find("<start_of_turn>") != std::string_view::npos) {
+    t.kind_ = ChatTemplateKind::Gemma;
+  } else if (source.find("<|user|>") != std::string_view::npos &&
+             source.find("<|end|>") != std::string_view::npos) {
+    t.kind_ = ChatTemplateKind::Phi3;
   }
   return t;
 }
@@ -213,6 +259,10 @@ const char* ChatTemplate::name() const {
       return "llama3";
     case ChatTemplateKind::Llama2:
       return "llama2";
+    case ChatTemplateKind::Gemma:
+      return "gemma";
+    case ChatTemplateKind::Phi3:
+      return "phi3";
     case ChatTemplateKind::Plain:
       return "plain";
   }
@@ -233,6 +283,10 @@ ChatPrompt ChatTemplate::format(std::span<const ChatMessage> messages,
       return format_llama3(messages, add_generation_prompt);
     case ChatTemplateKind::Llama2:
       return format_llama2(messages);
+    case ChatTemplateKind::Gemma:
+      return format_gemma(messages, add_generation_prompt);
+    case ChatTemplateKind::Phi3:
+      return format_phi3(messages, add_generation_prompt);
     case ChatTemplateKind::Plain:
       return format_plain(messages);
   }

@@ -1,5 +1,6 @@
 // Chat messages -> the prompt a chat-tuned model was trained on. ember does not run Jinja: it
-// recognises the family a model's template belongs to (ChatML, Llama-3, Llama-2) and reproduces
+// recognises the family a model's template belongs to (ChatML, Llama-3, Llama-2, Gemma, Phi-3) and
+// reproduces
 // that family's output byte for byte, with a plain "contents joined" format for models that have
 // no template (base models such as stories260K), so /v1/chat/completions works with any model.
 #pragma once
@@ -20,7 +21,7 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatTemplateKind : uint8_t { ChatML, Llama3, Llama2, Plain };
+enum class ChatTemplateKind : uint8_t { ChatML, Llama3, Llama2, Gemma, Phi3, Plain };
 
 // A formatted conversation. BOS/EOS appear as markers rather than text because their literal
 // spelling ("<s>", "<|begin_of_text|>") is not parsed as a special token by every tokenizer.
@@ -41,7 +42,8 @@ class ChatTemplate {
  public:
   ChatTemplate() = default;  // Plain
 
-  // "chatml", "llama3", "llama2", "plain"; throws ember::Error naming the valid ones otherwise.
+  // "chatml", "llama3", "llama2", "gemma", "phi3", "plain"; throws ember::Error naming the valid
+  // ones otherwise.
   static ChatTemplate from_name(std::string_view name);
   // Recognises a Jinja chat template (tokenizer_config.json `chat_template`, GGUF
   // `tokenizer.chat_template`). An empty or unrecognised source gives Plain.

@@ -104,6 +104,42 @@ TEST(ChatTemplate, Llama2FoldsTheSystemMessageAndMarksEveryTurn) {
   EXPECT_THROW(t.format(bad), Error);
 }
 
+// Gemma 2/3's template (the part that decides the output): BOS, turns of "user" / "model", the
+// content trimmed, a system message folded into the first user turn (Gemma 3).
+constexpr const char* kGemmaTemplate =
+    "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
+    "messages[0]['content'] + '\n\n' -%}...{{ '<start_of_turn>' + role + '\n' + (first_user_prefix "
+    "if loop.first else \"\") }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor "
+    "-%}{%- if add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%}";
+
+TEST(ChatTemplate, GemmaTurnsAndFoldedSystem) {
+  ChatTemplate t = ChatTemplate::detect(kGemmaTemplate);
+  EXPECT_EQ(t.kind(), ChatTemplateKind::Gemma);
+  std::vector<ChatMessage> m = {
+      {"system", "Be brief."}, {"user", " Hi "}, {"assistant", "Hello!"}, {"user", "Story?"}};
+  EXPECT_EQ(t.format(m).render("<bos>"),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!"
+            "<end_of_turn>\n<start_of_turn>user\nStory?<end_of_turn>\n<start_of_turn>model\n");
+}
+
+// Phi-3-mini-4k-instruct's template.
+constexpr const char* kPhi3Template =
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + "
+    "message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + "
+    "message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' "
+    "%}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if "
+    "add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}";
+
+TEST(ChatTemplate, Phi3Turns) {
+  ChatTemplate t = ChatTemplate::detect(kPhi3Template);
+  EXPECT_EQ(t.kind(), ChatTemplateKind::Phi3);
+  std::vector<ChatMessage> m = {{"system", "Be brief."}, {"user", "Hi"}};
+  EXPECT_EQ(t.format(m).render("<s>", "<|endoftext|>"),
+            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(t.format(m, /*add_generation_prompt=*/false).render("<s>", "<|endoftext|>"),
+            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|endoftext|>");
+}
+
 TEST(ChatTemplate, PlainJoinsContents) {
   ChatTemplate t = ChatTemplate::detect("");
   EXPECT_EQ(t.kind(), ChatTemplateKind::Plain);
@@ -115,7 +151,7 @@ TEST(ChatTemplate, PlainJoinsContents) {
 }
 
 TEST(ChatTemplate, NamesAndErrors) {
-  for (const char* name : {"chatml", "llama3", "llama2", "plain"}) {
+  for (const char* name : {"chatml", "llama3", "llama2", "gemma", "phi3", "plain"}) {
     EXPECT_STREQ(ChatTemplate::from_name(name).name(), name);
   }
   try {
@@ -123,7 +159,8 @@ TEST(ChatTemplate, NamesAndErrors) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown chat template 'vicuna'"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("chatml, llama3, llama2 or plain"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("chatml, llama3, llama2, gemma, phi3 or plain"),
+              std::string::npos);
   }
   std::vector<ChatMessage> m = {{"tool", "x"}};
   EXPECT_THROW(ChatTemplate::from_name("chatml").format(m), Error);
