@@ -51,8 +51,12 @@ void add_rope_scaling(GgufWriter& w, const ModelConfig& c) {
 // sliding_window_pattern keys carry what a checkpoint says otherwise (ember reads them back).
 void add_attention_features(GgufWriter& w, const ModelConfig& c) {
   const std::string a = c.architecture + ".";
-  if (c.sliding_window > 0) {
-    w.set(a + "attention.sliding_window", gguf_value::u32(u32_of(c.sliding_window, "window")));
+  // llama.cpp requires Phi-3's window key: a model without one gets its whole context.
+  const int64_t window = c.sliding_window > 0       ? c.sliding_window
+                         : c.architecture == "phi3" ? c.max_position_embeddings
+                                                    : 0;
+  if (window > 0) {
+    w.set(a + "attention.sliding_window", gguf_value::u32(u32_of(window, "window")));
     if (c.architecture == "gemma3") {
       w.set(a + "attention.sliding_window_pattern",
             gguf_value::u32(u32_of(c.sliding_window_pattern, "window pattern")));

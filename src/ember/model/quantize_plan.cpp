@@ -200,6 +200,16 @@ QuantizePlan plan_checkpoint(const std::string& input, QuantPreset preset,
     t.permute_head_dim = permute && is_qk ? c.head_dim : 0;
     plan.tensors.push_back(std::move(t));
   }
+  // llama.cpp's GPT-2 needs output.weight even when it is the embedding (its converter writes the
+  // tied matrix twice); so does this.
+  if (c.architecture == "gpt2" && c.tie_word_embeddings) {
+    auto embd = std::find_if(plan.tensors.begin(), plan.tensors.end(),
+                             [](const PlannedTensor& t) { return t.name == "token_embd.weight"; });
+    PlannedTensor out = *embd;
+    out.name = "output.weight";
+    out.target = target_for(preset, out.name, out.shape, out.source_dtype, DType::F32, model);
+    plan.tensors.push_back(std::move(out));
+  }
   plan.mappings = ckpt.mappings;
   plan.checkpoint = std::move(ckpt);
   return plan;
