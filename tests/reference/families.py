@@ -480,7 +480,9 @@ def case_llama_rope_yarn():
 
 
 def case_llama_rope_dynamic():
-    cfg = llama_cfg("LlamaForCausalLM", "llama", max_position_embeddings=16, mlp_bias=False,
+    # max_pos 20 x factor 2 = the 40-token prompt: HF's whole-prompt base (seq_len 40) equals the
+    # static base an engine with a KV cache uses for the scaled context (vLLM's choice, ember's).
+    cfg = llama_cfg("LlamaForCausalLM", "llama", max_position_embeddings=20, mlp_bias=False,
                     pretraining_tp=1, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     return cfg, llama_tensors(cfg), llama_forward, {"dynamic NTK (vs plain RoPE)": {"plain_rope": True}}
 

@@ -104,7 +104,10 @@ void add_architecture(GgufWriter& w, const Checkpoint& ckpt) {
     f32("attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   }
   if (!c.learned_positions) {
-    f32("rope.freq_base", c.rope_theta);
+    // Dynamic NTK has no GGUF type: its fixed base is an ordinary RoPE base there.
+    f32("rope.freq_base", c.rope_scaling == RopeScaling::Dynamic
+                              ? static_cast<float>(dynamic_ntk_base(c))
+                              : c.rope_theta);
     u32("rope.dimension_count", c.rope_dim);
   }
   u32("vocab_size", c.vocab_size);

@@ -44,7 +44,7 @@ std::string ModelConfig::feature_summary() const {
   if (learned_positions) {
     f += ", learned positions";
   } else {
-    const char* kScaling[] = {"", " linear", " llama3", " yarn", " longrope"};
+    const char* kScaling[] = {"", " linear", " llama3", " yarn", " longrope", " dynamic-ntk"};
     f += std::string(", rope") + kScaling[static_cast<int>(rope_scaling)];
     if (rope_local_theta > 0.0f)
       f += " (local base " + std::to_string(int64_t(rope_local_theta)) + ")";

@@ -15,7 +15,7 @@
 
 namespace ember {
 
-enum class RopeScaling : uint8_t { None, Linear, Llama3, Yarn, LongRope };
+enum class RopeScaling : uint8_t { None, Linear, Llama3, Yarn, LongRope, Dynamic };
 enum class NormKind : uint8_t { Rms, Layer };
 enum class MlpKind : uint8_t { SwiGlu, GeGlu, Gelu };  // Gelu: up -> gelu -> down (GPT-2)
 

@@ -3,6 +3,7 @@
 // and are required. The files themselves are parsed by formats/hf_config and formats/llama2c.
 #include "ember/model/model_config_sources.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -110,12 +111,17 @@ void parse_rope_scaling(const HfConfigFields& f, const std::string& source, Mode
                            "rope_scaling long_factor/short_factor must have rope_dim/2 = " +
                                std::to_string(half) + " values");
     }
+  } else if (*type == "dynamic") {
+    // The model then runs to original x factor positions, with the base for that length.
+    c.rope_scaling = RopeScaling::Dynamic;
+    c.rope_factor = static_cast<float>(s.required_number("factor"));
+    c.rope_original_max_position = c.max_position_embeddings;
+    c.max_position_embeddings = static_cast<int64_t>(
+        static_cast<double>(c.max_position_embeddings) * std::max(1.0f, c.rope_factor));
   } else {
     throw Error::in_file(ErrorKind::Unsupported, source,
                          "unsupported rope_scaling type '" + *type +
-                             "' (ember supports linear, llama3, yarn and longrope; dynamic NTK "
-                             "changes its frequencies with the sequence length and is not "
-                             "supported yet)");
+                             "' (ember supports linear, llama3, yarn, longrope and dynamic)");
   }
   if (!(c.rope_factor > 0.0f) || c.rope_original_max_position <= 0) {
     throw Error::in_file(ErrorKind::InvalidFile, source, "invalid rope_scaling parameters");

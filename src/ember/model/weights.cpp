@@ -89,6 +89,18 @@ double yarn_frequency(const ModelConfig& c, int64_t i, double freq) {
 
 }  // namespace
 
+double dynamic_ntk_base(const ModelConfig& c) {
+  // HF's formula for a sequence of L positions: base * (factor L / original - (factor - 1))^(d /
+  // (d - 2)). HF re-evaluates it as the sequence grows, which would leave the keys already in a
+  // cache rotated with an older base; ember, as vLLM, fixes L at the scaled context
+  // (max_position_embeddings = original x factor), so every position uses one base.
+  const double d = static_cast<double>(c.rope_dim);
+  const double L = static_cast<double>(c.max_position_embeddings);
+  const double original = static_cast<double>(c.rope_original_max_position);
+  return c.rope_theta *
+         std::pow(c.rope_factor * L / original - (c.rope_factor - 1.0), d / (d - 2.0));
+}
+
 std::vector<float> rope_inverse_frequencies(const ModelConfig& c, bool local) {
   const int64_t half = c.rope_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
@@ -98,11 +110,14 @@ std::vector<float> rope_inverse_frequencies(const ModelConfig& c, bool local) {
   const std::vector<float>& longrope_factors =
       c.max_position_embeddings > c.rope_original_max_position ? c.rope_long_factors
                                                                : c.rope_short_factors;
+  double base = theta;
+  if (!local && c.rope_scaling == RopeScaling::Dynamic) base = dynamic_ntk_base(c);
   for (int64_t i = 0; i < half; ++i) {
-    double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dim));
+    double freq = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dim));
     if (!local) {
       switch (c.rope_scaling) {
         case RopeScaling::None:
+        case RopeScaling::Dynamic:  // in the base
           break;
         case RopeScaling::Linear:
           freq /= c.rope_factor;

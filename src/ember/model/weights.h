@@ -71,5 +71,7 @@ struct ModelWeights {
 // inv_freq[i] = theta^(-2i/rope_dim), then the configured scaling (linear, llama3, YaRN, LongRoPE).
 // `local`: Gemma 3's sliding layers (rope_local_theta, no scaling).
 std::vector<float> rope_inverse_frequencies(const ModelConfig& config, bool local = false);
+// Dynamic NTK's RoPE base, fixed for the scaled context (see weights.cpp).
+double dynamic_ntk_base(const ModelConfig& config);
 
 }  // namespace ember

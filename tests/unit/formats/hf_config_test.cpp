@@ -189,10 +189,10 @@ TEST(HfConfigErrors, InconsistentNumbers) {
 
 TEST(HfConfigErrors, UnsupportedRopeScalingAndArchitecture) {
   nlohmann::json j = base_config();
-  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+  j["rope_scaling"] = {{"rope_type", "ntk-by-parts"}, {"factor", 4.0}};
   std::string msg = parse_error(j);
-  EXPECT_TRUE(contains(msg, "unsupported rope_scaling type 'dynamic'")) << msg;
-  EXPECT_TRUE(contains(msg, "linear, llama3, yarn and longrope")) << msg;
+  EXPECT_TRUE(contains(msg, "unsupported rope_scaling type 'ntk-by-parts'")) << msg;
+  EXPECT_TRUE(contains(msg, "linear, llama3, yarn, longrope and dynamic")) << msg;
 
   j = base_config();
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
@@ -251,7 +251,7 @@ TEST(HfConfigErrors, KindsSayMissingUnsupportedOrMalformed) {
   // Checks made after the file is parsed (model_config_sources, ModelConfig::validate) keep the
   // file as context too.
   j = base_config();
-  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+  j["rope_scaling"] = {{"rope_type", "ntk-by-parts"}, {"factor", 4.0}};
   Error rope = error_of([&] { parse_hf_config(j.dump(), "cfg/config.json"); });
   EXPECT_EQ(rope.kind(), ErrorKind::Unsupported);
   EXPECT_EQ(rope.file(), "cfg/config.json");
