@@ -1,5 +1,6 @@
 // `ember inspect`: architecture numbers, parameter counts and KV-cache bytes from headers alone.
 #include <gtest/gtest.h>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -99,6 +100,37 @@ TEST(CliInspect, FamiliesAndTheirFeatures) {
                        "qwen3, phi3, gemma2, gemma3, gpt2)"),
             std::string::npos)
       << r.err;
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// `inspect --plan` on a directory holding only config.json (a model not downloaded): Llama-3-70B's
+// shape at 32K tokens in f16 needs 10.7 GB of KV, 85.9 GB without grouped KV.
+TEST(CliInspect, PlanForAModelNotDownloaded) {
+  const auto dir = test::scratch_dir("inspect-plan");
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"],
+      "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+      "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
+      "max_position_embeddings": 131072, "torch_dtype": "bfloat16"})";
+  auto r = test::run_ember("inspect " + test::shell_quote(dir.string()) +
+                           " --plan --ctx 32768 --batch 2 --mem 192GiB --no-probe --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto plan = nlohmann::json::parse(r.out)["plan"];
+  EXPECT_EQ(plan["kv_bytes_per_sequence"].get<double>(), 10'737'418'240.0);
+  EXPECT_EQ(plan["kv_bytes_total_mha"].get<double>(), 2 * 8 * 10'737'418'240.0);
+  // 70.6 G parameters in bf16 = 141 GB of weights; 206 GB - 141 GB leaves room for 6 sequences.
+  EXPECT_EQ(plan["sequences_that_fit"], 6);
+  EXPECT_TRUE(plan["decode_tokens_per_s_batch1"].is_null());  // --no-probe
+  r = test::run_ember("inspect " + test::shell_quote(dir.string()) +
+                      " --plan --no-probe --ctx 100");
+  EXPECT_NE(r.out.find("with full multi-head KV it would be"), std::string::npos) << r.out;
+  r = test::run_ember("inspect " + test::shell_quote(dir.string()) + " --plan --mem 12XB");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("invalid size '12XB'"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -8,8 +8,11 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
 
 #include "ember/cli/commands.h"
+#include "ember/cli/inspect_plan.h"
 #include "ember/core/error.h"
 #include "ember/formats/gguf.h"
 #include "ember/model/checkpoint.h"
@@ -27,6 +30,7 @@ struct InspectOptions {
   int64_t batch = 1;
   bool json = false;
   bool metadata = false;
+  PlanOptions plan;
 };
 
 struct TensorRow {
@@ -144,7 +148,7 @@ Totals compute_totals(const std::vector<TensorRow>& rows, const Checkpoint& ckpt
 }
 
 void print_json(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, const Totals& t,
-                const InspectOptions& o) {
+                const InspectOptions& o, const nlohmann::ordered_json& plan) {
   const ModelConfig& c = ckpt.config;
   nlohmann::ordered_json j;
   j["path"] = ckpt.path;
@@ -189,6 +193,7 @@ void print_json(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
   quant["preset"] = t.presets.size() == 1 ? nlohmann::ordered_json(t.presets[0]) : nullptr;
   quant["matching_presets"] = t.presets;
   j["quantization"] = quant;
+  if (!plan.is_null()) j["plan"] = plan;
   std::printf("%s\n", j.dump(2).c_str());
 }
 
@@ -261,14 +266,36 @@ void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
   }
 }
 
+// What a decode step reads: every tensor but the embedding tables (one row each), plus the token
+// table again when it doubles as the lm_head.
+int64_t decode_weight_bytes(const std::vector<TensorRow>& rows, const Totals& t,
+                            const ModelConfig& c) {
+  uint64_t embeddings = 0, largest_embedding = 0;
+  for (const auto& r : rows) {
+    if (r.component != TensorComponent::Embedding) continue;
+    embeddings += r.nbytes;
+    largest_embedding = std::max(largest_embedding, r.nbytes);  // the token table
+  }
+  return static_cast<int64_t>(t.tensor_bytes - embeddings +
+                              (c.tie_word_embeddings ? largest_embedding : 0));
+}
+
 int inspect_command(const InspectOptions& o) {
   const Checkpoint ckpt = open_headers(o);
   const std::vector<TensorRow> rows = tensor_rows(ckpt, o);
   const Totals totals = compute_totals(rows, ckpt, o);
+  std::optional<std::pair<CapacityPlanInput, CapacityPlan>> plan;
+  if (o.plan.enabled) {
+    const CapacityPlanInput in =
+        plan_input(ckpt.config, static_cast<int64_t>(totals.tensor_bytes),
+                   decode_weight_bytes(rows, totals, ckpt.config), totals.ctx, o.batch, o.plan);
+    plan.emplace(in, plan_capacity(in));
+  }
   if (o.json) {
-    print_json(ckpt, rows, totals, o);
+    print_json(ckpt, rows, totals, o, plan ? plan_json(plan->first, plan->second) : nullptr);
   } else {
     print_text(ckpt, rows, totals, o);
+    if (plan) print_plan_text(plan->first, plan->second, o.plan.kv_dtype);
   }
   return 0;
 }
@@ -293,6 +320,16 @@ Command add_inspect_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->add_flag("--metadata", o->metadata, "Also list GGUF metadata");
+  cmd->add_flag("--plan", o->plan.enabled,
+                "Capacity plan: weight and KV bytes for --ctx x --batch, sequences that fit in "
+                "--mem, decode ceiling from the measured read bandwidth");
+  cmd->add_option("--kv-dtype", o->plan.kv_dtype,
+                  "KV cache dtype of the plan: f32, f16, bf16, "
+                  "q8_0, q4_0")
+      ->capture_default_str();
+  cmd->add_option("--mem", o->plan.mem, "Memory for weights + KV in the plan (e.g. 24GiB, 512MiB)");
+  cmd->add_flag("--no-probe{false}", o->plan.probe,
+                "Plan without measuring the read bandwidth (no decode ceiling)");
   return [o] { return inspect_command(*o); };
 }
 

@@ -1,0 +1,108 @@
+#include "ember/kv/capacity_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "ember/core/error.h"
+
+namespace ember {
+
+double kv_bytes_per_element(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return 4.0;
+    case DType::F16:
+    case DType::BF16:
+      return 2.0;
+    case DType::Q8_0:
+      return 34.0 / 32.0;  // 32 int8 + an f16 scale per block of 32 along head_dim
+    case DType::Q4_0:
+      return 18.0 / 32.0;  // 16 bytes of nibbles + an f16 scale
+    default:
+      throw Error(ErrorKind::InvalidArgument, std::string("KV cache dtype ") + dtype_name(dtype) +
+                                                  " is not one of f32, f16, bf16, q8_0, q4_0");
+  }
+}
+
+CapacityPlan plan_capacity(const CapacityPlanInput& in) {
+  CapacityPlan p;
+  const double element = kv_bytes_per_element(in.kv_dtype);
+  p.kv_bytes_per_token =
+      static_cast<double>(in.n_layers * 2 * in.n_kv_heads * in.head_dim) * element;
+  p.kv_bytes_per_token_mha =
+      static_cast<double>(in.n_layers * 2 * in.n_heads * in.head_dim) * element;
+  p.resident_tokens = in.sliding_window > 0 ? std::min(in.ctx, in.sliding_window) : in.ctx;
+  p.kv_bytes_per_sequence = p.kv_bytes_per_token * static_cast<double>(p.resident_tokens);
+  p.kv_bytes_total = p.kv_bytes_per_sequence * static_cast<double>(in.batch);
+  p.kv_bytes_total_mha =
+      p.kv_bytes_per_token_mha * static_cast<double>(p.resident_tokens * in.batch);
+  if (in.memory_bytes) {
+    const double free_for_kv = static_cast<double>(*in.memory_bytes - in.weight_bytes);
+    p.sequences_that_fit =
+        free_for_kv <= 0 || p.kv_bytes_per_sequence <= 0
+            ? 0
+            : static_cast<int64_t>(std::floor(free_for_kv / p.kv_bytes_per_sequence));
+  }
+  if (in.bandwidth_bytes_per_s && *in.bandwidth_bytes_per_s > 0) {
+    // A decode step streams the weights once for the whole batch and each sequence's cache (at
+    // full context: the ceiling at the end of the sequences).
+    const double bw = *in.bandwidth_bytes_per_s;
+    const double weights = static_cast<double>(in.decode_weight_bytes);
+    p.decode_tokens_per_s_batch1 = bw / (weights + p.kv_bytes_per_sequence);
+    p.decode_tokens_per_s_batch = static_cast<double>(in.batch) * bw / (weights + p.kv_bytes_total);
+  }
+  return p;
+}
+
+int64_t parse_byte_size(std::string_view text) {
+  auto fail = [&]() -> int64_t {
+    throw Error(ErrorKind::InvalidArgument,
+                "invalid size '" + std::string(text) +
+                    "' (expected a number of bytes, or with a unit: 512MiB, 24GiB, 1.5GB, 2TB)");
+  };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  if (i == 0) return fail();
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = std::stod(std::string(text.substr(0, i)), &used);
+    if (used != i) return fail();
+  } catch (const std::exception&) {
+    return fail();
+  }
+  std::string unit(text.substr(i));
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  if (unit == "k" || unit == "kb") scale = 1e3;
+  if (unit == "m" || unit == "mb") scale = 1e6;
+  if (unit == "g" || unit == "gb") scale = 1e9;
+  if (unit == "t" || unit == "tb") scale = 1e12;
+  if (unit == "kib") scale = 1024.0;
+  if (unit == "mib") scale = 1024.0 * 1024;
+  if (unit == "gib") scale = 1024.0 * 1024 * 1024;
+  if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (scale == 0 || !(value * scale < 9e18)) return fail();
+  return static_cast<int64_t>(std::llround(value * scale));
+}
+
+std::string format_bytes(double bytes) {
+  char buf[64];
+  const double gib = 1024.0 * 1024 * 1024;
+  if (bytes >= 1e9) {
+    std::snprintf(buf, sizeof buf, "%.1f GB (%.1f GiB)", bytes / 1e9, bytes / gib);
+  } else if (bytes >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.1f MB (%.1f MiB)", bytes / 1e6, bytes / (1024.0 * 1024));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f bytes", bytes);
+  }
+  return buf;
+}
+
+}  // namespace ember

@@ -1,0 +1,81 @@
+// The capacity planner against the field guide's worked examples, and its memory and bandwidth
+// arithmetic.
+#include <gtest/gtest.h>
+
+#include "ember/core/error.h"
+#include "ember/kv/capacity_plan.h"
+
+namespace ember {
+namespace {
+
+// An 80-layer model with d_model 8,192: 64 heads of 128.
+CapacityPlanInput seventy_b(int64_t n_kv_heads, int64_t ctx) {
+  CapacityPlanInput in;
+  in.n_layers = 80;
+  in.n_heads = 64;
+  in.n_kv_heads = n_kv_heads;
+  in.head_dim = 128;
+  in.ctx = ctx;
+  in.kv_dtype = DType::F16;
+  return in;
+}
+
+TEST(CapacityPlan, MultiHeadKvAt100kTokensIsAbout250GB) {
+  // 100,000 x 80 x 2 x 8,192 x 2 B = 262,144,000,000 B ("~250 GB" in the guide: 244 GiB).
+  const CapacityPlan p = plan_capacity(seventy_b(64, 100'000));
+  EXPECT_DOUBLE_EQ(p.kv_bytes_per_token, 80.0 * 2 * 8192 * 2);
+  EXPECT_DOUBLE_EQ(p.kv_bytes_per_sequence, 262'144'000'000.0);
+  EXPECT_DOUBLE_EQ(p.kv_bytes_total_mha, p.kv_bytes_total);  // MHA already
+}
+
+TEST(CapacityPlan, GroupedKvOfLlama3At32kIsTenGBNotEightyFour) {
+  // Llama-3-70B's 8 KV heads x 128 at 32K tokens: 32,768 x 80 x 2 x 1,024 x 2 B = 10.7 GB; the
+  // guide's 84 GB is the multi-head figure (32,000 x 80 x 2 x 8,192 x 2 B = 83.9 GB).
+  const CapacityPlan p = plan_capacity(seventy_b(8, 32'768));
+  EXPECT_DOUBLE_EQ(p.kv_bytes_per_sequence, 10'737'418'240.0);
+  EXPECT_DOUBLE_EQ(p.kv_bytes_total_mha, 8 * 10'737'418'240.0);
+  EXPECT_DOUBLE_EQ(plan_capacity(seventy_b(64, 32'000)).kv_bytes_per_sequence, 83'886'080'000.0);
+}
+
+TEST(CapacityPlan, SequencesThatFitAndTheDecodeCeiling) {
+  CapacityPlanInput in = seventy_b(8, 8192);                   // 2.68 GB of f16 KV per sequence
+  in.weight_bytes = in.decode_weight_bytes = 140'000'000'000;  // 70B in bf16
+  in.batch = 4;
+  in.memory_bytes = 160'000'000'000;
+  in.bandwidth_bytes_per_s = 400e9;
+  const CapacityPlan p = plan_capacity(in);
+  EXPECT_EQ(*p.sequences_that_fit, 7);  // 20 GB / 2.684 GB
+  EXPECT_NEAR(*p.decode_tokens_per_s_batch1, 400e9 / (140e9 + 2'684'354'560.0), 1e-9);
+  EXPECT_NEAR(*p.decode_tokens_per_s_batch, 4 * 400e9 / (140e9 + 4 * 2'684'354'560.0), 1e-9);
+  // Weights alone past the memory: nothing fits.
+  in.memory_bytes = 100'000'000'000;
+  EXPECT_EQ(*plan_capacity(in).sequences_that_fit, 0);
+}
+
+TEST(CapacityPlan, KvDtypesAndWindows) {
+  CapacityPlanInput in = seventy_b(8, 4096);
+  in.kv_dtype = DType::Q8_0;
+  EXPECT_DOUBLE_EQ(plan_capacity(in).kv_bytes_per_token, 80.0 * 2 * 1024 * 34 / 32);
+  in.kv_dtype = DType::Q4_0;
+  EXPECT_DOUBLE_EQ(plan_capacity(in).kv_bytes_per_token, 80.0 * 2 * 1024 * 18 / 32);
+  in.kv_dtype = DType::F32;
+  in.sliding_window = 1024;  // every layer windowed: a sequence holds the window only
+  EXPECT_EQ(plan_capacity(in).resident_tokens, 1024);
+  in.kv_dtype = DType::Q4_K;
+  EXPECT_THROW(plan_capacity(in), Error);
+}
+
+TEST(CapacityPlan, ByteSizes) {
+  EXPECT_EQ(parse_byte_size("24GiB"), 24LL << 30);
+  EXPECT_EQ(parse_byte_size("512MiB"), 512LL << 20);
+  EXPECT_EQ(parse_byte_size("1.5GB"), 1'500'000'000);
+  EXPECT_EQ(parse_byte_size("4096"), 4096);
+  EXPECT_EQ(parse_byte_size("2tb"), 2'000'000'000'000);
+  for (const char* bad : {"", "GB", "12XB", "1.2.3G", "-5G"}) {
+    EXPECT_THROW(parse_byte_size(bad), Error) << bad;
+  }
+  EXPECT_EQ(format_bytes(262'144'000'000.0), "262.1 GB (244.1 GiB)");
+}
+
+}  // namespace
+}  // namespace ember
