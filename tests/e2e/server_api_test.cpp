@@ -312,5 +312,24 @@ TEST(ServerKvDtype, F16CacheCompletionEqualsEmberRunWithF16Cache) {
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
+// The KV pool is sized from --mem (what the weights leave), and says so at startup; a --mem too
+// small for anything beside the weights is refused before serving.
+TEST(ServerKvPool, SizedFromMemAndPrintedAtStartup) {
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  // stories260K: 5 layers x 2 x 4 kv heads x 8 x 4 B = 1,280 B per token, 20,480 B per block of
+  // 16; its weights are ~1 MB, so 64 MiB leaves ~3,230 blocks.
+  test::ServerProcess server("-m " + test::shell_quote(model.string()) + " -t 1 --mem 64MiB");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  const std::string log = server.log();
+  EXPECT_NE(log.find("KV pool 66."), std::string::npos) << log;
+  EXPECT_NE(log.find("(--mem 64MiB minus the weights)"), std::string::npos) << log;
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+
+  const auto r = test::run_ember("serve -m " + test::shell_quote(model.string()) + " --mem 100KB");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--mem 100KB leaves no room for the KV cache"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ember

@@ -6,12 +6,15 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
 #include "ember/engine/async_engine.h"
+#include "ember/kv/capacity_plan.h"
 #include "ember/server/http_server.h"
 #include "ember/tokenizer/chat_template.h"
 
@@ -26,6 +29,7 @@ struct ServeOptions {
   int64_t max_seqs = 32;
   int64_t max_batched_tokens = 512;
   int64_t kv_blocks = 0;
+  std::string mem;  // --mem: weights + KV budget
   int64_t block_size = 16;
   bool no_prefix_cache = false;
   int64_t max_waiting = 128;
@@ -40,6 +44,58 @@ std::string model_id_for(const std::string& path) {
   if (p.filename() == "config.json") p = p.parent_path();
   std::string stem = p.filename().empty() ? p.parent_path().filename().string() : p.stem().string();
   return stem.empty() ? "ember" : stem;
+}
+
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+// How many KV blocks the pool gets, and why: --kv-blocks as given; else what --mem leaves beside
+// the weights; else max-seqs x context worth, capped at half the memory available now (a small
+// model must not reserve gigabytes it will never use, nor a large one more than the machine has).
+int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const EngineOptions& eo,
+                       std::string* how) {
+  if (o.kv_blocks > 0) {
+    *how = "--kv-blocks";
+    return o.kv_blocks;
+  }
+  const ModelConfig& c = model.weights.config;
+  KvShape shape;
+  shape.n_layers = c.n_layers;
+  shape.n_kv_heads = c.n_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.block_size = o.block_size;
+  shape.dtype = eo.kv_dtype;
+  const int64_t per_block = shape.bytes_per_block();
+  const int64_t weights = model.weights.matrix_bytes();
+  if (!o.mem.empty()) {
+    const int64_t budget = parse_byte_size(o.mem);
+    const int64_t blocks = (budget - weights) / per_block;
+    if (blocks < 1) {
+      throw Error::invalid_request("--mem", "--mem " + o.mem +
+                                                " leaves no room for the KV cache "
+                                                "beside " +
+                                                format_bytes(double(weights)) + " of weights");
+    }
+    *how = "--mem " + o.mem + " minus the weights";
+    return blocks;
+  }
+  const int64_t model_max = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
+  const int64_t context = eo.max_context > 0 ? eo.max_context : std::min<int64_t>(model_max, 4096);
+  const int64_t wanted = (context + o.block_size - 1) / o.block_size * o.max_seqs;
+  const int64_t available = available_memory();
+  const int64_t cap =
+      available > 0 ? std::max<int64_t>(1, (available / 2 - weights) / per_block) : wanted;
+  *how = wanted <= cap ? "max-seqs x context" : "half the available memory";
+  return std::min(wanted, cap);
 }
 
 // The startup line: what is served and with how much cache.
@@ -86,7 +142,8 @@ int serve_command(const ServeOptions& o) {
   so.engine = o.model.engine_options();
   so.engine.engine.max_sequences = o.max_seqs;
   so.engine.engine.block_size = o.block_size;
-  so.engine.engine.kv_blocks = o.kv_blocks;
+  std::string kv_sizing;
+  so.engine.engine.kv_blocks = kv_pool_blocks(o, model, so.engine.engine, &kv_sizing);
   so.engine.engine.prefix_caching = !o.no_prefix_cache;
   so.engine.scheduler.max_sequences = o.max_seqs;
   so.engine.scheduler.max_batched_tokens = o.max_batched_tokens;
@@ -123,6 +180,12 @@ int serve_command(const ServeOptions& o) {
   });
 
   print_startup(model, engine, so, chat);
+  const KvShape& kv = engine.engine().runner().kv_shape();
+  std::fprintf(stderr, "[ember] KV pool %s (%s): %lld tokens, %lld sequences of full context\n",
+               format_bytes(static_cast<double>(kv.n_blocks * kv.bytes_per_block())).c_str(),
+               kv_sizing.c_str(), static_cast<long long>(kv.n_blocks * kv.block_size),
+               static_cast<long long>(kv.n_blocks * kv.block_size /
+                                      std::max<int64_t>(1, engine.engine().max_context())));
   std::fprintf(stderr, "listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
   http.serve();  // returns once shutdown() has stopped the listener
@@ -147,7 +210,12 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--max-seqs", o->max_seqs, "Sequences decoding together")->capture_default_str();
   cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per forward step")
       ->capture_default_str();
-  cmd->add_option("--kv-blocks", o->kv_blocks, "KV cache blocks (default: max-seqs x ctx worth)");
+  cmd->add_option("--kv-blocks", o->kv_blocks,
+                  "KV cache blocks (default: max-seqs x ctx worth, at most half the available "
+                  "memory)");
+  cmd->add_option("--mem", o->mem,
+                  "Memory for weights + KV cache (e.g. 8GiB): the KV pool gets what the weights "
+                  "leave");
   cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix caching");
   cmd->add_option("--max-waiting", o->max_waiting, "Queued requests before answering 429")
