@@ -213,3 +213,23 @@ TEST(CliRun, HelpListsTheSamplingFlags) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// A GPT-2 GGUF as llama.cpp's converter writes it runs end to end from the CLI: its byte-level BPE
+// with the gpt-2 pre-tokenizer gives GPT-2's ids, and generation runs on the gpt2 forward pass.
+TEST(CliRun, Gpt2GgufTokenizesAndGenerates) {
+  const auto model = test::fixture("models/family-zoo/gpt2.gguf");
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no family-zoo fixture";
+  const std::string m = test::shell_quote(model.string());
+  auto r = test::run_ember("tokenize -m " + m + " -p \"Hello world, it's GPT-2\" --ids");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "15496 995 11 340 338 402 11571 12 17\n");
+  r = test::run_ember("run -m " + m + " -p \"Hello world\" -n 6 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Hello world", 0), 0u) << r.out;
+}
+
+}  // namespace
+}  // namespace ember
