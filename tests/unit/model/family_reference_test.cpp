@@ -62,13 +62,15 @@ std::vector<float> generate(const std::string& name, int64_t n, double offset, d
   return out;
 }
 
-// Writes the case's HF checkpoint into a scratch directory; returns it.
-std::filesystem::path write_checkpoint(const nlohmann::json& spec) {
-  const auto dir = test::scratch_dir("family-" + spec["case"].get<std::string>());
+// Writes the case's HF checkpoint into a scratch directory (without the tensor `skip`, if named);
+// returns it.
+std::filesystem::path write_checkpoint(const nlohmann::json& spec, const std::string& skip = "") {
+  const auto dir = test::scratch_dir("family-" + spec["case"].get<std::string>() + skip);
   std::ofstream(dir / "config.json") << spec["config"].dump(2);
   test::SafetensorsWriter w;
   w.metadata("format", "pt");
   for (const auto& t : spec["tensors"]) {
+    if (t["name"] == skip) continue;
     const auto shape = t["shape"].get<std::vector<int64_t>>();
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -161,6 +163,53 @@ INSTANTIATE_TEST_SUITE_P(
                                          "llama_rope_dynamic"),
                        ::testing::Values("cpu", "reference")),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+nlohmann::json read_case(const std::string& name) {
+  std::ifstream in(case_file(name));
+  return nlohmann::json::parse(in);
+}
+
+std::string load_error(const std::filesystem::path& dir, int64_t max_context = 64) {
+  return test::error_message([&] {
+    LoadOptions o;
+    o.path = dir.string();
+    o.load_tokenizer = false;
+    LoadedModel model = load_model(o);
+    EngineOptions eo;
+    eo.max_context = max_context;
+    test::StepEngine engine(model.weights, eo);
+  });
+}
+
+// Bad family checkpoints: one error naming the file and what is wrong, never a crash.
+TEST(FamilyCheckpointErrors, MissingTensorsAndInconsistentConfigs) {
+  // GPT-2 without its position table: named as the checkpoint names it.
+  std::string msg = load_error(write_checkpoint(read_case("gpt2"), "wpe.weight"));
+  EXPECT_NE(msg.find("missing tensor wpe.weight (gpt2)"), std::string::npos) << msg;
+  // Gemma without its post-feedforward norm: the HF name, not ember's canonical one.
+  msg = load_error(
+      write_checkpoint(read_case("gemma2"), "model.layers.1.post_feedforward_layernorm.weight"));
+  EXPECT_NE(msg.find("missing tensor model.layers.1.post_feedforward_layernorm.weight"),
+            std::string::npos)
+      << msg;
+  // A context longer than GPT-2's learned positions (64 in this model).
+  msg = load_error(write_checkpoint(read_case("gpt2")), 65);
+  EXPECT_NE(msg.find("context 65 is longer than the model's 64 learned positions"),
+            std::string::npos)
+      << msg;
+  // layer_types that do not follow the sliding-window pattern.
+  nlohmann::json gemma3 = read_case("gemma3");
+  gemma3["config"]["layer_types"][0] = "full_attention";
+  msg = load_error(write_checkpoint(gemma3));
+  EXPECT_NE(msg.find("layer_types does not follow the sliding_window_pattern 3"), std::string::npos)
+      << msg;
+  // LongRoPE factors of the wrong length.
+  nlohmann::json phi3 = read_case("phi3_longrope");
+  phi3["config"]["rope_scaling"]["long_factor"].erase(0);
+  msg = load_error(write_checkpoint(phi3));
+  EXPECT_NE(msg.find("long_factor/short_factor must have rope_dim/2 = 8 values"), std::string::npos)
+      << msg;
+}
 
 }  // namespace
 }  // namespace ember
