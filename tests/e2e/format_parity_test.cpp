@@ -9,8 +9,8 @@
 
 #include "ember/model/model_loader.h"
 #include "test_util.h"
-#include "unit/engine/step_engine.h"
 #include "unit/backend/cpu/kernels_test_util.h"
+#include "unit/engine/step_engine.h"
 
 namespace ember {
 namespace {

@@ -6,8 +6,8 @@
 #include "ember/formats/gguf.h"
 #include "ember/formats/llama2c.h"
 #include "ember/model/model_config_sources.h"
-#include "unit/formats/format_writers.h"
 #include "test_util.h"
+#include "unit/formats/format_writers.h"
 
 namespace ember {
 namespace {

@@ -6,8 +6,8 @@
 #include "ember/core/error.h"
 #include "ember/core/half.h"
 #include "ember/formats/safetensors.h"
-#include "unit/formats/format_writers.h"
 #include "test_util.h"
+#include "unit/formats/format_writers.h"
 
 namespace ember {
 namespace {

@@ -16,8 +16,8 @@
 #include "ember/tokenizer/bpe_tokenizer.h"
 #include "ember/tokenizer/byte_level.h"
 #include "ember/tokenizer/tokenizer_json.h"
-#include "unit/formats/format_writers.h"
 #include "test_util.h"
+#include "unit/formats/format_writers.h"
 #include "unit/tokenizer/bpe_test_util.h"
 
 namespace ember {

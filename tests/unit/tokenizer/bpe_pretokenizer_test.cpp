@@ -13,8 +13,8 @@
 #include "ember/tokenizer/byte_level.h"
 #include "ember/tokenizer/pretokenizer.h"
 #include "ember/tokenizer/special_tokens.h"
-#include "unit/formats/format_writers.h"
 #include "test_util.h"
+#include "unit/formats/format_writers.h"
 #include "unit/tokenizer/bpe_test_util.h"
 
 namespace ember {
