@@ -91,9 +91,10 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
   const int64_t model_max = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
   const int64_t context = eo.max_context > 0 ? eo.max_context : std::min<int64_t>(model_max, 4096);
   const int64_t wanted = (context + o.block_size - 1) / o.block_size * o.max_seqs;
+  // MemAvailable counts the page cache the mapped weights sit in, so the cap is half of it for
+  // the cache alone (a model larger than that still gets a pool).
   const int64_t available = available_memory();
-  const int64_t cap =
-      available > 0 ? std::max<int64_t>(1, (available / 2 - weights) / per_block) : wanted;
+  const int64_t cap = available > 0 ? std::max<int64_t>(1, available / 2 / per_block) : wanted;
   *how = wanted <= cap ? "max-seqs x context" : "half the available memory";
   return std::min(wanted, cap);
 }

@@ -173,7 +173,11 @@ class WeightBuilder {
     if (n < 0) n = expected.shape[0];
     std::vector<float> host(static_cast<size_t>(n));
     if (ckpt_.format == CheckpointFormat::ConfigOnly) {
-      SplitMix64 rng{hash_name(expected.name + std::to_string(begin), seed_)};
+      // A split part of a fused vector gets its own seed (appending avoids GCC 12's false
+      // -Wrestrict on `"#" + std::to_string(...)`).
+      std::string name = expected.name;
+      if (begin != 0) name.append("#").append(std::to_string(begin));
+      SplitMix64 rng{hash_name(name, seed_)};
       for (auto& v : host) v = dummy_value == 0 ? 0.02f * rng.uniform() : dummy_value;
     } else {
       const TensorView& src = find(expected).view;
