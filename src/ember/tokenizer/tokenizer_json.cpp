@@ -1,5 +1,7 @@
 #include "ember/tokenizer/tokenizer_json.h"
 
+#include "ember/tokenizer/spm_tokenizer_json.h"
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -361,6 +363,10 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path) {
+  // SentencePiece-style BPE (byte_fallback: Llama 2, Mistral, Phi-3, Gemma) runs on the
+  // SentencePiece tokenizer; everything else is byte-level BPE.
+  const json root = read_json(path);
+  if (is_sentencepiece_style_json(root)) return load_spm_tokenizer_json(root, path);
   return load_bpe_tokenizer_json(path);
 }
 

@@ -18,6 +18,8 @@ class BpeTokenizer;
 // model, an unsupported model/normalizer/pre-tokenizer type, malformed vocab/merges/added tokens,
 // merges naming tokens not in the vocabulary, and invalid regexes.
 std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path);
+// Either kind: SentencePiece-style files (BPE with byte_fallback: Llama 2, Mistral, Phi-3, Gemma)
+// load into the SentencePiece tokenizer (spm_tokenizer_json.h), the rest as byte-level BPE.
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path);
 
 }  // namespace ember
