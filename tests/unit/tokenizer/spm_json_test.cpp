@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "ember/formats/gguf.h"
+#include "ember/model/model_quantizer.h"
+#include "ember/tokenizer/load_tokenizer.h"
 #include "ember/tokenizer/tokenizer_json.h"
 #include "test_util.h"
 #include "unit/formats/format_writers.h"
@@ -123,6 +125,54 @@ TEST(SpmTokenizerJson, LlamaSpmSuiteThroughHfJson) {
   }
   EXPECT_GE(checked, 40u);
   EXPECT_EQ(passed, checked);
+}
+
+// `ember quantize` of an HF directory with such a tokenizer.json writes it as a `llama` GGUF
+// vocabulary that tokenizes the same (a 1-layer Llama with the 32,000-piece vocabulary).
+TEST(SpmTokenizerJson, QuantizedGgufKeepsTheTokenizer) {
+  const fs::path fixtures = test::fixture("tokenizer-tests");
+  const fs::path gguf_path = fixtures / "ggml-vocab-llama-spm.gguf";
+  if (!fs::exists(gguf_path)) GTEST_SKIP() << "no tokenizer-tests fixture";
+  const fs::path dir = test::scratch_dir("spm-json-quantize");
+  write_spm_json(GgufFile(gguf_path.string()), dir);
+  std::ofstream(dir / "config.json") << json{
+      {"architectures", {"LlamaForCausalLM"}},
+      {"hidden_size", 64},
+      {"intermediate_size", 128},
+      {"num_hidden_layers", 1},
+      {"num_attention_heads", 2},
+      {"vocab_size", 32000},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "float32"}}.dump();
+  test::SafetensorsWriter w;
+  auto zeros = [](int64_t n) { return test::f32_bytes(std::vector<float>(n, 0.01f)); };
+  w.tensor("model.embed_tokens.weight", "F32", {32000, 64}, zeros(32000 * 64));
+  w.tensor("model.norm.weight", "F32", {64}, zeros(64));
+  const std::string p = "model.layers.0.";
+  for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight"}) {
+    w.tensor(p + n, "F32", {64}, zeros(64));
+  }
+  for (const char* n : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                        "self_attn.v_proj.weight", "self_attn.o_proj.weight"}) {
+    w.tensor(p + n, "F32", {64, 64}, zeros(64 * 64));
+  }
+  w.tensor(p + "mlp.gate_proj.weight", "F32", {128, 64}, zeros(128 * 64));
+  w.tensor(p + "mlp.up_proj.weight", "F32", {128, 64}, zeros(128 * 64));
+  w.tensor(p + "mlp.down_proj.weight", "F32", {64, 128}, zeros(64 * 128));
+  test::write_bytes(dir / "model.safetensors", w.build());
+  QuantizeOptions q;
+  q.input = dir.string();
+  q.output = (dir / "out.gguf").string();
+  q.preset = QuantPreset::Q8_0;
+  quantize_model(q);
+  const GgufFile out(q.output);
+  EXPECT_EQ(out.get_string("tokenizer.ggml.model"), "llama");
+  const auto from_json = load_tokenizer_json((dir / "tokenizer.json").string());
+  const auto from_gguf = load_tokenizer_from_gguf(out);
+  for (const char* text :
+       {"Hello world", " leading space", "Ünïcödé 🦙 and\ttabs\n\nnewlines"}) {
+    EXPECT_EQ(from_gguf->encode(text, true), from_json->encode(text, true)) << text;
+  }
 }
 
 // Other SentencePiece-style spellings are refused by name.
