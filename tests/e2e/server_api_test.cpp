@@ -324,6 +324,12 @@ TEST(ServerKvPool, SizedFromMemAndPrintedAtStartup) {
   const std::string log = server.log();
   EXPECT_NE(log.find("KV pool 66."), std::string::npos) << log;
   EXPECT_NE(log.find("(--mem 64MiB minus the weights)"), std::string::npos) << log;
+  // The plan beside it: 1,280 B per token (f32 cache), 32 sequences x the 2,048-token context
+  // (more than the 64 MiB leave: the pool is what --mem allows).
+  EXPECT_NE(log.find("[ember] plan: weights 1.0 MB"), std::string::npos) << log;
+  EXPECT_NE(log.find("KV 1280 bytes per token; 32 sequences x 2048 tokens need 83.9 MB"),
+            std::string::npos)
+      << log;
   EXPECT_EQ(server.stop(SIGTERM), 0);
 
   const auto r = test::run_ember("serve -m " + test::shell_quote(model.string()) + " --mem 100KB");

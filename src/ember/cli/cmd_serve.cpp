@@ -99,6 +99,23 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
   return std::min(wanted, cap);
 }
 
+// The capacity plan (kv/capacity_plan.h) of what is served: KV per token and for max-seqs
+// sequences of the full context, beside the weights (no bandwidth probe: it would delay startup;
+// `ember inspect --plan` measures it).
+void print_serve_plan(const LoadedModel& model, const AsyncEngine& engine,
+                      const AsyncEngineOptions& so, const ServeOptions& o) {
+  CapacityPlanInput in = capacity_input(model.weights.config, engine.engine().max_context(),
+                                        o.max_seqs, so.engine.engine.kv_dtype);
+  in.weight_bytes = in.decode_weight_bytes = model.weights.matrix_bytes();
+  const CapacityPlan p = plan_capacity(in);
+  std::fprintf(stderr,
+               "[ember] plan: weights %s; KV %s per token; %lld sequences x %lld tokens need %s of "
+               "KV\n",
+               format_bytes(static_cast<double>(in.weight_bytes)).c_str(),
+               format_bytes(p.kv_bytes_per_token).c_str(), static_cast<long long>(in.batch),
+               static_cast<long long>(p.resident_tokens), format_bytes(p.kv_bytes_total).c_str());
+}
+
 // The startup line: what is served and with how much cache.
 void print_startup(const LoadedModel& model, const AsyncEngine& engine,
                    const AsyncEngineOptions& so, const ChatTemplate& chat) {
@@ -187,6 +204,7 @@ int serve_command(const ServeOptions& o) {
                kv_sizing.c_str(), static_cast<long long>(kv.n_blocks * kv.block_size),
                static_cast<long long>(kv.n_blocks * kv.block_size /
                                       std::max<int64_t>(1, engine.engine().max_context())));
+  print_serve_plan(model, engine, so, o);
   std::fprintf(stderr, "listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
   http.serve();  // returns once shutdown() has stopped the listener

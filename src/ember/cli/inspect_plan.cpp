@@ -11,23 +11,15 @@ namespace ember::cli {
 CapacityPlanInput plan_input(const ModelConfig& c, int64_t weight_bytes,
                              int64_t decode_weight_bytes, int64_t ctx, int64_t batch,
                              const PlanOptions& o) {
-  CapacityPlanInput in;
-  in.n_layers = c.n_layers;
-  in.n_heads = c.n_heads;
-  in.n_kv_heads = c.n_kv_heads;
-  in.head_dim = c.head_dim;
-  in.weight_bytes = weight_bytes;
-  in.decode_weight_bytes = decode_weight_bytes;
-  in.ctx = ctx;
-  in.batch = batch;
   const std::optional<DType> kv = dtype_from_name(o.kv_dtype);
   if (!kv) {
     throw Error::invalid_request("--kv-dtype", "unknown --kv-dtype '" + o.kv_dtype +
                                                    "' (expected f32, f16, bf16, q8_0 or q4_0)");
   }
-  in.kv_dtype = *kv;
-  kv_bytes_per_element(in.kv_dtype);  // rejects dtypes a cache cannot hold
-  if (c.sliding_window > 0 && c.sliding_window_pattern <= 1) in.sliding_window = c.sliding_window;
+  kv_bytes_per_element(*kv);  // rejects dtypes a cache cannot hold
+  CapacityPlanInput in = capacity_input(c, ctx, batch, *kv);
+  in.weight_bytes = weight_bytes;
+  in.decode_weight_bytes = decode_weight_bytes;
   if (!o.mem.empty()) in.memory_bytes = parse_byte_size(o.mem);
   if (o.probe) {
     // 1 GiB in 4 KiB pages: how weights read in place from the file sit in memory.

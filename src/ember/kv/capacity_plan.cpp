@@ -27,6 +27,19 @@ double kv_bytes_per_element(DType dtype) {
   }
 }
 
+CapacityPlanInput capacity_input(const ModelConfig& c, int64_t ctx, int64_t batch, DType kv_dtype) {
+  CapacityPlanInput in;
+  in.n_layers = c.n_layers;
+  in.n_heads = c.n_heads;
+  in.n_kv_heads = c.n_kv_heads;
+  in.head_dim = c.head_dim;
+  in.ctx = ctx;
+  in.batch = batch;
+  in.kv_dtype = kv_dtype;
+  if (c.sliding_window > 0 && c.sliding_window_pattern <= 1) in.sliding_window = c.sliding_window;
+  return in;
+}
+
 CapacityPlan plan_capacity(const CapacityPlanInput& in) {
   CapacityPlan p;
   const double element = kv_bytes_per_element(in.kv_dtype);

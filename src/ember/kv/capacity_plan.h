@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "ember/core/dtype.h"
+#include "ember/model/model_config.h"
 
 namespace ember {
 
@@ -45,6 +46,10 @@ struct CapacityPlan {
 // Bytes a KV element takes in `dtype` (q8_0: 34 bytes per 32, q4_0: 18 per 32). Throws ember::Error
 // for a dtype the cache cannot hold.
 double kv_bytes_per_element(DType dtype);
+
+// The model's part of the input: layers, heads, head_dim and, when every layer slides, its window.
+CapacityPlanInput capacity_input(const ModelConfig& config, int64_t ctx, int64_t batch,
+                                 DType kv_dtype);
 
 CapacityPlan plan_capacity(const CapacityPlanInput& input);
 
