@@ -18,6 +18,20 @@ void Backend::matmul(const float* x, int64_t rows, std::initializer_list<const W
          std::span<float* const>(ys.begin(), ys.size()));
 }
 
+void Backend::check_token(int32_t token, const WeightMatrix& table) {
+  if (token < 0 || token >= table.n_rows) {
+    throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
+                std::to_string(table.n_rows) + ")");
+  }
+}
+
+void Backend::check_position(int32_t position, const WeightMatrix& table) {
+  if (position < 0 || position >= table.n_rows) {
+    throw Error("position " + std::to_string(position) + " is past the model's " +
+                std::to_string(table.n_rows) + " learned positions");
+  }
+}
+
 std::shared_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.name == "cpu") return std::make_shared<cpu::CpuBackend>(options);
   if (options.name == "reference") return std::make_shared<reference::ReferenceBackend>(options);

@@ -167,6 +167,10 @@ class Backend {
                            float* out) = 0;
 
  protected:
+  // The checks embed / add_position_embeddings make in every backend: an ember::Error naming the
+  // token id or position outside `table`'s rows.
+  static void check_token(int32_t token, const WeightMatrix& table);
+  static void check_position(int32_t position, const WeightMatrix& table);
   // Backends allocate activation buffers in their own memory.
   virtual std::shared_ptr<float> allocate_activations(int64_t floats) = 0;
 };

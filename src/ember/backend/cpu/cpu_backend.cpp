@@ -73,10 +73,7 @@ void CpuBackend::embed(const WeightMatrix& table, const Batch& batch, float* x) 
   const int64_t D = table.n_cols;
   for (int64_t i = 0; i < batch.size(); ++i) {
     const int32_t token = batch.tokens[static_cast<size_t>(i)];
-    if (token < 0 || token >= table.n_rows) {
-      throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
-                  std::to_string(table.n_rows) + ")");
-    }
+    check_token(token, table);
     dequantize_row(table, token, x + i * D);
   }
 }
@@ -217,10 +214,7 @@ void CpuBackend::add_position_embeddings(const WeightMatrix& table, const Batch&
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t t = 0; t < batch.size(); ++t) {
     const int32_t pos = batch.positions[static_cast<size_t>(t)];
-    if (pos < 0 || pos >= table.n_rows) {
-      throw Error("position " + std::to_string(pos) + " is past the model's " +
-                  std::to_string(table.n_rows) + " learned positions");
-    }
+    check_position(pos, table);
     dequantize_row(table, pos, row.data());
     add_inplace(x + t * D, row.data(), D);
   }

@@ -67,10 +67,7 @@ std::span<const float> ReferenceBackend::to_host(const float* data, int64_t n,
 void ReferenceBackend::embed(const WeightMatrix& table, const Batch& batch, float* x) {
   for (int64_t i = 0; i < batch.size(); ++i) {
     const int32_t token = batch.tokens[static_cast<size_t>(i)];
-    if (token < 0 || token >= table.n_rows) {
-      throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +
-                  std::to_string(table.n_rows) + ")");
-    }
+    check_token(token, table);
     dequantize_row(table, token, x + i * table.n_cols);
   }
 }
@@ -192,10 +189,7 @@ void ReferenceBackend::add_position_embeddings(const WeightMatrix& table, const 
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t t = 0; t < batch.size(); ++t) {
     const int32_t pos = batch.positions[static_cast<size_t>(t)];
-    if (pos < 0 || pos >= table.n_rows) {
-      throw Error("position " + std::to_string(pos) + " is past the model's " +
-                  std::to_string(table.n_rows) + " learned positions");
-    }
+    check_position(pos, table);
     dequantize_row(table, pos, row.data());
     for (int64_t i = 0; i < D; ++i) x[t * D + i] += row[static_cast<size_t>(i)];
   }
