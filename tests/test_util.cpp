@@ -9,7 +9,22 @@
 #include <system_error>
 #include <vector>
 
+#include "ember/backend/backend.h"
+#include "ember/core/error.h"
+
 namespace ember::test {
+
+bool backend_available(const std::string& name, std::string* why) {
+  try {
+    BackendOptions o;
+    o.name = name;
+    make_backend(o);
+    return true;
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
+    return false;
+  }
+}
 
 static std::string read_all(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -35,7 +35,31 @@ std::filesystem::path scratch_dir(const std::string& name);
 // A file of raw little-endian float32 values (the fixtures' *.f64ref.f32 / *.logits.f32).
 std::vector<float> read_f32_file(const std::filesystem::path& path);
 
+// The backends that backend-parametrized tests run on: cpu and reference, plus cuda in builds with
+// it (-DEMBER_CUDA=ON). Use with EMBER_REQUIRE_BACKEND: a cuda instance on a machine without a GPU
+// skips, naming why.
+inline std::vector<std::string> backends_under_test() {
+#ifdef EMBER_CUDA
+  return {"cpu", "reference", "cuda"};
+#else
+  return {"cpu", "reference"};
+#endif
+}
+
+// Whether backend `name` can be made here; `why` gets the reason when not.
+bool backend_available(const std::string& name, std::string* why);
+
+#define EMBER_REQUIRE_BACKEND(name)                                                     \
+  do {                                                                                  \
+    std::string ember_why_;                                                             \
+    if (!::ember::test::backend_available(name, &ember_why_))                           \
+      GTEST_SKIP() << "backend " << (name) << " is not available here: " << ember_why_; \
+  } while (0)
+
+// The ember binary the e2e tests run: the one this build made, or $EMBER_BINARY (binaries copied to
+// another machine, such as a GPU one, whose build path does not exist there).
 inline std::string ember_binary() {
+  if (const char* env = std::getenv("EMBER_BINARY"); env != nullptr && *env != '\0') return env;
   return EMBER_BINARY;
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -32,8 +33,12 @@ ServerProcess::ServerProcess(const std::string& args) {
       (std::filesystem::temp_directory_path() /
        ("ember-serve-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log"))
           .string();
+  // EMBER_TEST_SERVE_ARGS adds flags to every server a test starts (e.g. `--backend cuda`, to run
+  // the server tests on a GPU).
+  std::string extra;
+  if (const char* env = std::getenv("EMBER_TEST_SERVE_ARGS"); env != nullptr) extra = env;
   std::string cmd = "exec " + shell_quote(ember_binary()) + " serve --host 127.0.0.1 --port 0 " +
-                    args + " </dev/null >/dev/null 2>" + shell_quote(log_path_);
+                    args + " " + extra + " </dev/null >/dev/null 2>" + shell_quote(log_path_);
   pid_ = ::fork();
   if (pid_ == 0) {
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));

@@ -1,8 +1,13 @@
 #include "ember/backend/backend.h"
 
+#include <cstring>
+
 #include "ember/backend/cpu/cpu_backend.h"
 #include "ember/backend/reference/reference_backend.h"
 #include "ember/core/error.h"
+#ifdef EMBER_CUDA
+#include "ember/backend/cuda/cuda_backend.h"
+#endif
 
 namespace ember {
 
@@ -10,6 +15,10 @@ void Backend::reserve(Activations& buffer, int64_t floats) {
   if (buffer.size_ >= floats) return;
   buffer.data_ = allocate_activations(floats);
   buffer.size_ = floats;
+}
+
+void Backend::from_host(float* data, const float* host, int64_t n) {
+  std::memcpy(data, host, static_cast<size_t>(n) * sizeof(float));
 }
 
 void Backend::matmul(const float* x, int64_t rows, std::initializer_list<const WeightMatrix*> ws,
@@ -35,7 +44,17 @@ void Backend::check_position(int32_t position, const WeightMatrix& table) {
 std::shared_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.name == "cpu") return std::make_shared<cpu::CpuBackend>(options);
   if (options.name == "reference") return std::make_shared<reference::ReferenceBackend>(options);
-  throw Error("unknown backend '" + options.name + "' (expected cpu or reference)");
+  if (options.name == "cuda") {
+#ifdef EMBER_CUDA
+    return cuda::make_cuda_backend(options);
+#else
+    throw Error(
+        ErrorKind::Unsupported,
+        "--backend cuda: this ember was built without CUDA (configure with -DEMBER_CUDA=ON)");
+#endif
+  }
+  throw Error::invalid_request(
+      "--backend", "unknown backend '" + options.name + "' (expected cpu, reference or cuda)");
 }
 
 }  // namespace ember

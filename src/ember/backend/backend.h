@@ -6,8 +6,9 @@
 //     manager (kv/) only keeps books of block ids;
 //   - runs the ops the model files call, on a Batch (backend/batch.h);
 //   - describes itself (info()).
-// Implementations: cpu/ (SIMD kernels chosen from CPUID, threads, huge pages, weight re-layout)
-// and reference/ (scalar, double accumulation: the oracle every backend is tested against).
+// Implementations: cpu/ (SIMD kernels chosen from CPUID, threads, huge pages, weight re-layout),
+// reference/ (scalar, double accumulation: the oracle every backend is tested against) and cuda/
+// (NVIDIA GPUs; compiled only with -DEMBER_CUDA=ON).
 //
 // Activation pointers passed to the ops point into Activations buffers of the same backend (host
 // memory for cpu/reference, device memory for a GPU backend): model code does pointer arithmetic
@@ -30,7 +31,8 @@
 namespace ember {
 
 struct BackendOptions {
-  std::string name = "cpu";  // cpu | reference
+  std::string name = "cpu";  // cpu | reference | cuda (built with -DEMBER_CUDA=ON)
+  int device = 0;            // cuda: which GPU
   int n_threads = 0;         // cpu: 0 = physical cores; reference runs on one thread
   // cpu: q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl matrices are rewritten once into the layout its decode
   // kernels read fastest; false keeps the file's blocks (zero-copy when the file holds the wanted
@@ -42,11 +44,14 @@ struct BackendOptions {
 };
 
 struct BackendInfo {
-  std::string name;     // "cpu", "reference"
-  std::string kernels;  // the kernel set in use: "avx512", "avx2", "scalar"
+  std::string name;     // "cpu", "reference", "cuda"
+  std::string kernels;  // the kernel set in use: "avx512", "avx2", "scalar"; cuda: the GPU
   int threads = 1;
   int64_t weight_bytes_owned = 0;       // weights the backend copied into its own memory
   int64_t weight_bytes_huge_pages = 0;  // of those, bytes in 2 MiB pages
+  // A device with memory of its own (cuda): its size and what is free now; 0 for host backends.
+  int64_t device_memory_bytes = 0;
+  int64_t device_memory_free_bytes = 0;
 };
 
 // The KV cache's shape; how its bytes are laid out is the backend's business.
@@ -109,6 +114,13 @@ class Backend {
   // else a copy in `staging`.
   virtual std::span<const float> to_host(const float* data, int64_t n,
                                          std::vector<float>& staging) = 0;
+  // GB/s of one kernel streaming `bytes` of this backend's own memory (the decode ceiling is bytes
+  // per token over it) for backends whose memory is not host memory; 0 for host backends, whose
+  // callers use core/bandwidth_probe.h.
+  virtual double probe_read_bandwidth(int64_t bytes) { return 0.0; }
+  // The other way: `n` host floats into backend memory at `data` (tests, hooks that inject
+  // activations). The default is a memcpy, right for backends whose memory is host memory.
+  virtual void from_host(float* data, const float* host, int64_t n);
 
   // --- ops; "rows" is a token count, T = batch.size() ---
   // x[t] = table[batch.tokens[t]] as float32: x [T, table.n_cols].
@@ -175,7 +187,8 @@ class Backend {
   virtual std::shared_ptr<float> allocate_activations(int64_t floats) = 0;
 };
 
-// "cpu" or "reference"; throws ember::Error naming the choices for anything else.
+// "cpu", "reference" or "cuda"; throws ember::Error naming the choices for anything else, and for
+// "cuda" in a build without it or on a machine without a GPU.
 std::shared_ptr<Backend> make_backend(const BackendOptions& options);
 
 }  // namespace ember

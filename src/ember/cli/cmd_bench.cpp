@@ -135,6 +135,7 @@ PrefixResult time_prefix_hit(const ModelWeights& weights, const LLMEngineOptions
 struct BenchRun {
   std::vector<double> pp, tg, probe_gbps, decode_fraction;
   std::unique_ptr<BandwidthProbe> probe;
+  Backend* device_probe = nullptr;  // --probe on a GPU: the backend measures its own memory
   PrefixResult prefix;
   int threads = 0;
   int64_t matrix_bytes = 0, copied_bytes = 0;
@@ -158,15 +159,20 @@ LLMEngineOptions bench_engine_options(const BenchOptions& o) {
 // One decode repetition, with --probe's read bandwidth measured just before it (the machine's
 // bandwidth drifts, so each repetition is set against its own figure).
 void measure_decode(const BenchOptions& o, LLMEngine& engine, std::mt19937& rng, BenchRun& run) {
-  if (run.probe) {
+  const bool probing = run.probe || run.device_probe;
+  if (probing) {
     // Median of 3 passes: one pass is ~40 ms and single passes swing.
     std::vector<double> passes;
-    for (int i = 0; i < 3; ++i) passes.push_back(run.probe->measure(run.threads));
+    for (int i = 0; i < 3; ++i) {
+      passes.push_back(run.device_probe != nullptr
+                           ? run.device_probe->probe_read_bandwidth(o.probe_mb << 20)
+                           : run.probe->measure(run.threads));
+    }
     run.probe_gbps.push_back(summarize(passes).median);
   }
   run.tg.push_back(static_cast<double>(o.batch * o.gen_tokens) /
                    time_decode(engine, o.batch, o.gen_tokens, o.decode_context, rng));
-  if (run.probe) {
+  if (probing) {
     // A decode step reads every matrix once for the whole batch.
     const double step_gbps =
         run.tg.back() / static_cast<double>(o.batch) * static_cast<double>(run.matrix_bytes) / 1e9;
@@ -185,7 +191,10 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
   if (o.gen_tokens > 0) time_decode(engine, o.batch, std::min<int64_t>(4, o.gen_tokens), 0, rng);
   // --probe runs in the pages most of the weights sit in: 2 MiB when ember copied them at load,
   // else the file's 4 KiB.
-  if (o.probe && o.gen_tokens > 0) {
+  Backend& backend = *model.weights.backend;
+  if (o.probe && o.gen_tokens > 0 && backend.probe_read_bandwidth(o.probe_mb << 20) > 0) {
+    run.device_probe = &backend;  // the call above was its warm-up pass
+  } else if (o.probe && o.gen_tokens > 0) {
     const bool huge = 2 * model.weights.copied_matrix_bytes() > run.matrix_bytes;
     run.probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.probe_mb) << 20, huge);
     run.probe->measure(run.threads);  // warm-up pass
@@ -234,15 +243,18 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
   };
   if (!run.pp.empty()) j["pp"] = series(o.prompt_tokens, run.pp);
   if (!run.tg.empty()) j["tg"] = series(o.gen_tokens, run.tg);
-  if (run.probe) {
-    j["bandwidth"] = {{"probe_pages", run.probe->huge_pages() ? "2MiB" : "4KiB"},
-                      {"probe_bytes_in_huge_pages",
-                       huge_page_backed_bytes(run.probe->data(), run.probe->bytes())},
-                      {"probe_gbps", run.probe_gbps},
-                      {"probe_gbps_median", summarize(run.probe_gbps).median},
-                      {"decode_weight_gbps_median", decode_weight_gbps(o, run)},
-                      {"fraction_of_probe", run.decode_fraction},
-                      {"fraction_of_probe_median", summarize(run.decode_fraction).median}};
+  if (run.probe || run.device_probe) {
+    j["bandwidth"] = {
+        {"probe_pages", run.device_probe          ? "device"
+                        : run.probe->huge_pages() ? "2MiB"
+                                                  : "4KiB"},
+        {"probe_bytes_in_huge_pages",
+         run.probe ? huge_page_backed_bytes(run.probe->data(), run.probe->bytes()) : 0},
+        {"probe_gbps", run.probe_gbps},
+        {"probe_gbps_median", summarize(run.probe_gbps).median},
+        {"decode_weight_gbps_median", decode_weight_gbps(o, run)},
+        {"fraction_of_probe", run.decode_fraction},
+        {"fraction_of_probe_median", summarize(run.decode_fraction).median}};
   }
   if (o.prefix_tokens > 0) {
     const PrefixResult& p = run.prefix;
@@ -257,16 +269,20 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
 
 void print_probe_line(const BenchRun& run, double decode_gbps) {
   const Summary probes = summarize(run.probe_gbps), fractions = summarize(run.decode_fraction);
-  const size_t probe_huge_bytes = huge_page_backed_bytes(run.probe->data(), run.probe->bytes());
+  const char* where = "device memory";
+  if (run.probe) {
+    const size_t probe_huge_bytes = huge_page_backed_bytes(run.probe->data(), run.probe->bytes());
+    where = !run.probe->huge_pages()                 ? "4 KiB pages"
+            : probe_huge_bytes == run.probe->bytes() ? "2 MiB pages"
+                                                     : "partly 2 MiB pages";
+  }
   std::printf(
-      "decode reads %.1f MB of weights per step: %.1f GB/s; read-bandwidth probe (%s pages, "
+      "decode reads %.1f MB of weights per step: %.1f GB/s; read-bandwidth probe (%s, "
       "just before each repetition) %.1f GB/s (%.1f .. %.1f); decode / probe %.0f%% (%.0f%% .. "
       "%.0f%%), median of %zu repetitions\n",
-      static_cast<double>(run.matrix_bytes) / 1e6, decode_gbps,
-      run.probe->huge_pages() ? (probe_huge_bytes == run.probe->bytes() ? "2 MiB" : "partly 2 MiB")
-                              : "4 KiB",
-      probes.median, probes.min, probes.max, 100 * fractions.median, 100 * fractions.min,
-      100 * fractions.max, run.decode_fraction.size());
+      static_cast<double>(run.matrix_bytes) / 1e6, decode_gbps, where, probes.median, probes.min,
+      probes.max, 100 * fractions.median, 100 * fractions.min, 100 * fractions.max,
+      run.decode_fraction.size());
 }
 
 void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngineOptions& eo,
@@ -297,7 +313,7 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
     std::printf("| tg%-6lld | %5lld | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.gen_tokens,
                 (long long)o.batch, tgs.median, tgs.min, tgs.max);
   }
-  if (run.probe) print_probe_line(run, decode_weight_gbps(o, run));
+  if (run.probe || run.device_probe) print_probe_line(run, decode_weight_gbps(o, run));
   if (o.prefix_tokens > 0) {
     const PrefixResult& p = run.prefix;
     std::printf(

@@ -295,7 +295,7 @@ int inspect_command(const InspectOptions& o) {
     print_json(ckpt, rows, totals, o, plan ? plan_json(plan->first, plan->second) : nullptr);
   } else {
     print_text(ckpt, rows, totals, o);
-    if (plan) print_plan_text(plan->first, plan->second, o.plan.kv_dtype);
+    if (plan) print_plan_text(plan->first, plan->second, o.plan);
   }
   return 0;
 }
@@ -327,7 +327,15 @@ Command add_inspect_command(CLI::App& app) {
                   "KV cache dtype of the plan: f32, f16, bf16, "
                   "q8_0, q4_0")
       ->capture_default_str();
-  cmd->add_option("--mem", o->plan.mem, "Memory for weights + KV in the plan (e.g. 24GiB, 512MiB)");
+  cmd->add_option("--mem", o->plan.mem,
+                  "Memory for weights + KV in the plan (e.g. 24GiB, 512MiB; default with --backend "
+                  "cuda: the GPU's free memory)");
+  cmd->add_option("--backend", o->plan.backend,
+                  "Plan for this backend: cpu (host memory and bandwidth) or cuda (the GPU's "
+                  "memory and measured HBM bandwidth)")
+      ->capture_default_str();
+  cmd->add_option("--device", o->plan.device, "With --backend cuda: which GPU")
+      ->capture_default_str();
   cmd->add_flag("--no-probe{false}", o->plan.probe,
                 "Plan without measuring the read bandwidth (no decode ceiling)");
   return [o] { return inspect_command(*o); };

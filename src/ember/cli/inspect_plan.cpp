@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "ember/backend/backend.h"
 #include "ember/core/bandwidth_probe.h"
 #include "ember/core/error.h"
 #include "ember/core/thread_pool.h"
@@ -21,6 +22,24 @@ CapacityPlanInput plan_input(const ModelConfig& c, int64_t weight_bytes,
   in.weight_bytes = weight_bytes;
   in.decode_weight_bytes = decode_weight_bytes;
   if (!o.mem.empty()) in.memory_bytes = parse_byte_size(o.mem);
+  if (o.backend != "cpu") {
+    // A GPU: its free memory is the budget, its own read bandwidth the decode ceiling.
+    BackendOptions bo;
+    bo.name = o.backend;
+    bo.device = o.device;
+    const std::shared_ptr<Backend> backend = make_backend(bo);
+    const BackendInfo info = backend->info();
+    if (info.device_memory_free_bytes == 0) {
+      throw Error::invalid_request("--backend", "inspect --plan --backend: '" + o.backend +
+                                                    "' has no device memory to plan for");
+    }
+    if (!in.memory_bytes) in.memory_bytes = info.device_memory_free_bytes;
+    if (o.probe) {
+      backend->probe_read_bandwidth(int64_t{1} << 30);  // warm-up pass
+      in.bandwidth_bytes_per_s = backend->probe_read_bandwidth(int64_t{1} << 30) * 1e9;
+    }
+    return in;
+  }
   if (o.probe) {
     // 1 GiB in 4 KiB pages: how weights read in place from the file sit in memory.
     const BandwidthProbe probe(size_t{1} << 30, /*huge_pages=*/false);
@@ -31,8 +50,8 @@ CapacityPlanInput plan_input(const ModelConfig& c, int64_t weight_bytes,
   return in;
 }
 
-void print_plan_text(const CapacityPlanInput& in, const CapacityPlan& p,
-                     const std::string& kv_dtype) {
+void print_plan_text(const CapacityPlanInput& in, const CapacityPlan& p, const PlanOptions& o) {
+  const std::string& kv_dtype = o.kv_dtype;
   std::printf("\nplan (ctx %lld x batch %lld, KV %s):\n", (long long)in.ctx, (long long)in.batch,
               kv_dtype.c_str());
   std::printf("  weights              %s (a decode step reads %s)\n",
@@ -61,8 +80,13 @@ void print_plan_text(const CapacityPlanInput& in, const CapacityPlan& p,
                 *p.sequences_that_fit >= in.batch ? "" : " (fewer than the batch)");
   }
   if (p.decode_tokens_per_s_batch1) {
-    std::printf("  read bandwidth       %.1f GB/s measured (%d threads)\n",
-                *in.bandwidth_bytes_per_s / 1e9, ThreadPool::default_thread_count());
+    if (o.backend == "cpu") {
+      std::printf("  read bandwidth       %.1f GB/s measured (%d threads)\n",
+                  *in.bandwidth_bytes_per_s / 1e9, ThreadPool::default_thread_count());
+    } else {
+      std::printf("  read bandwidth       %.1f GB/s measured (%s device %d memory)\n",
+                  *in.bandwidth_bytes_per_s / 1e9, o.backend.c_str(), o.device);
+    }
     std::printf(
         "  decode ceiling       %.1f tok/s at batch 1, %.1f tok/s in total at batch %lld "
         "(weights + KV streamed once per step, at full context)\n",

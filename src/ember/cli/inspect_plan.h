@@ -16,6 +16,8 @@ struct PlanOptions {
   std::string kv_dtype = "f16";  // --kv-dtype of the plan
   std::string mem;               // --mem, "" for none
   bool probe = true;             // measure the read bandwidth (--no-probe skips it)
+  std::string backend = "cpu";   // --backend: cuda plans against the GPU's memory and bandwidth
+  int device = 0;                // --device
 };
 
 // The plan's input for `config` (ctx and batch as inspect resolved them); throws ember::Error
@@ -24,8 +26,7 @@ CapacityPlanInput plan_input(const ModelConfig& config, int64_t weight_bytes,
                              int64_t decode_weight_bytes, int64_t ctx, int64_t batch,
                              const PlanOptions& o);
 
-void print_plan_text(const CapacityPlanInput& in, const CapacityPlan& p,
-                     const std::string& kv_dtype);
+void print_plan_text(const CapacityPlanInput& in, const CapacityPlan& p, const PlanOptions& o);
 nlohmann::ordered_json plan_json(const CapacityPlanInput& in, const CapacityPlan& p);
 
 }  // namespace ember::cli

@@ -18,8 +18,11 @@ namespace {
 
 void add_run_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--backend", o.backend,
-                 "Backend that runs the model: cpu (SIMD kernels, threads) or reference (scalar, "
-                 "one thread, double accumulation: the oracle, slow)")
+                 "Backend that runs the model: cpu (SIMD kernels, threads), reference (scalar, "
+                 "one thread, double accumulation: the oracle, slow) or cuda (an NVIDIA GPU; "
+                 "builds configured with -DEMBER_CUDA=ON)")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "With --backend cuda: which GPU (0-based)")
       ->capture_default_str();
   app.add_option("-t,--threads", o.threads, "Threads (default: physical cores)");
   app.add_option("-c,--ctx", o.context, "Context length (default: min(model max, 4096))");
@@ -90,6 +93,7 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   o.dummy_seed = dummy_seed;
   o.backend.name = backend;
   o.backend.n_threads = threads;
+  o.backend.device = device;
   o.backend.interleave_quantized = !no_interleave;
   o.backend.copy_weights = no_mmap;
   o.load_tokenizer = need_tokenizer;

@@ -30,6 +30,7 @@ struct ModelOptions {
   bool no_mmap = false;
   std::string backend = "cpu";
   int threads = 0;
+  int device = 0;  // --device: the GPU of --backend cuda
   int64_t context = 0;
   std::string kv_dtype = "f32";
 

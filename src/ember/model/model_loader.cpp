@@ -222,10 +222,39 @@ class WeightBuilder {
     host.data = bytes.data();
     // Uniform with the standard deviation HF initialises Llama with (0.02): sqrt(3) * 0.02.
     const float amplitude = 0.02f * std::sqrt(3.0f);
-    SplitMix64 rng{hash_name(expected.name, seed_)};
-    convert_rows(rows, cols, target, host.row_bytes, bytes.data(), [&](int64_t, float* out) {
-      for (int64_t c = 0; c < cols; ++c) out[c] = amplitude * rng.uniform();
-    });
+    const uint64_t base = hash_name(expected.name, seed_);
+    // One stream of draws through the matrix, row after row; row r starts r * cols draws in
+    // (splitmix64 jumps ahead by adding to its state), so threads fill rows independently and an
+    // 8B-shaped model is ready in seconds rather than minutes.
+    const int n_threads =
+        static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 32u));
+    auto fill = [&](int64_t begin, int64_t end) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = begin; r < end; ++r) {
+        SplitMix64 rng{base + static_cast<uint64_t>(r * cols) * 0x9E3779B97F4A7C15ull};
+        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = amplitude * rng.uniform();
+        convert_row(row.data(), target, bytes.data() + r * host.row_bytes, cols);
+      }
+    };
+    const int workers =
+        static_cast<int>(std::min<int64_t>(n_threads, std::max<int64_t>(rows / 64, 1)));
+    std::vector<std::thread> threads;
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    auto guarded = [&](int64_t begin, int64_t end) {
+      try {
+        fill(begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        failure = std::current_exception();
+      }
+    };
+    for (int w = 1; w < workers; ++w) {
+      threads.emplace_back(guarded, rows * w / workers, rows * (w + 1) / workers);
+    }
+    guarded(0, rows / workers);
+    for (auto& t : threads) t.join();
+    if (failure) std::rethrow_exception(failure);
     return backend_.upload_matrix(host, /*host_is_file=*/false);
   }
 

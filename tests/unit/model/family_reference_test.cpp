@@ -121,6 +121,7 @@ class FamilyReference : public ::testing::TestWithParam<std::tuple<std::string, 
 
 TEST_P(FamilyReference, HfCheckpointMatchesTheNumpyReference) {
   const auto& [name, backend] = GetParam();
+  EMBER_REQUIRE_BACKEND(backend);
   std::ifstream in(case_file(name));
   ASSERT_TRUE(in) << case_file(name);
   const nlohmann::json spec = nlohmann::json::parse(in);
@@ -161,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("qwen3", "mistral_window", "gemma3", "gemma2", "phi3",
                                          "phi3_longrope", "gpt2", "llama_rope_yarn",
                                          "llama_rope_dynamic"),
-                       ::testing::Values("cpu", "reference")),
+                       ::testing::ValuesIn(test::backends_under_test())),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 nlohmann::json read_case(const std::string& name) {

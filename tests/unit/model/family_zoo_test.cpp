@@ -91,6 +91,7 @@ class FamilyZoo : public ::testing::TestWithParam<std::tuple<std::string, std::s
 
 TEST_P(FamilyZoo, MatchesTheExactForwardPass) {
   const auto& [name, backend] = GetParam();
+  EMBER_REQUIRE_BACKEND(backend);
   if (!std::filesystem::exists(zoo(name + ".gguf"))) GTEST_SKIP() << "no family-zoo fixture";
   const std::vector<int32_t> ids = read_ids(zoo(name + ".ids"));
   const std::vector<float> exact = test::read_f32_file(zoo(name + ".f64ref.f32"));
@@ -112,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("gpt2", "phi3", "phi3_longrope", "gemma2", "qwen2",
                                          "llama_rope_linear", "llama_rope_llama3",
                                          "qwen2_rope_yarn"),
-                       ::testing::Values("cpu", "reference")),
+                       ::testing::ValuesIn(test::backends_under_test())),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 }  // namespace

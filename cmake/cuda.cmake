@@ -1,0 +1,31 @@
+# The CUDA backend (-DEMBER_CUDA=ON): src/ember/backend/cuda/ as the object library ember_cuda,
+# linked into ember_lib. Targets sm_90 (H100/H200) machine code plus compute_90 PTX, which newer
+# GPUs compile at load. cuBLAS (from the toolkit) serves the large GEMMs; every other kernel is ours.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90)
+endif()
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+# The CUDA dialect follows CMAKE_CXX_STANDARD (20); CMake before 3.26 does not know nvcc's flag for
+# it, which nvcc 12+ accepts.
+if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION OR CMAKE_CUDA20_STANDARD_COMPILE_OPTION STREQUAL "")
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+endif()
+
+file(GLOB EMBER_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/ember/backend/cuda/*.cu
+     ${CMAKE_SOURCE_DIR}/src/ember/backend/cuda/*.cpp)
+add_library(ember_cuda OBJECT ${EMBER_CUDA_SOURCES})
+target_include_directories(ember_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(ember_cuda PRIVATE CUDA::cudart CUDA::cublas)
+target_compile_options(ember_cuda PRIVATE
+  $<$<COMPILE_LANGUAGE:CXX>:${EMBER_WARNINGS}>
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
+set_target_properties(ember_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON)
+
+target_sources(ember_lib PRIVATE $<TARGET_OBJECTS:ember_cuda>)
+# Only make_backend (and the tests, see CMakeLists.txt) need to know: the rest of ember_lib compiles
+# with the same flags as without CUDA (and hits the same compiler cache).
+set_source_files_properties(${CMAKE_SOURCE_DIR}/src/ember/backend/backend.cpp PROPERTIES
+                            COMPILE_DEFINITIONS EMBER_CUDA=1)
+target_link_libraries(ember_lib PUBLIC $<LINK_ONLY:CUDA::cudart> $<LINK_ONLY:CUDA::cublas>)

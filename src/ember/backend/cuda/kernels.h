@@ -1,0 +1,94 @@
+// Launchers of the CUDA backend's kernels (the .cu files), callable from host C++. Every pointer is
+// device memory; every launcher enqueues on `stream` and returns at once. Shapes follow the ops of
+// backend/backend.h; matrices arrive as the backend uploaded them (weight.h: Rows, or
+// QuantsThenScales for q8_0/q4_0).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "ember/backend/attention_scores.h"
+#include "ember/backend/cuda/device_batch.h"
+#include "ember/backend/weight.h"
+
+namespace ember::cuda {
+
+// One layer's K and V in device memory, each [n_blocks, n_kv_heads, block_size, head_dim] in
+// `dtype` (F32 or F16) — the host backends' paged layout.
+struct DeviceKvLayer {
+  void* k = nullptr;
+  void* v = nullptr;
+  bool f16 = false;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+};
+
+// --- elementwise and row ops (kernels_rows.cu) ---
+void launch_embed(const WeightMatrix& table, DeviceTokens b, float* x, cudaStream_t s);
+void launch_add_position_embeddings(const WeightMatrix& table, DeviceTokens b, float* x,
+                                    cudaStream_t s);
+void launch_rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps,
+                    cudaStream_t s);
+void launch_layernorm(const float* x, const float* w, const float* bias, float* y, int64_t rows,
+                      int64_t D, float eps, cudaStream_t s);
+void launch_add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t s);
+void launch_scale(float* x, float scale, int64_t n, cudaStream_t s);
+void launch_softcap(float* x, float cap, int64_t n, cudaStream_t s);
+void launch_add(float* y, const float* x, int64_t n, cudaStream_t s);
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+// up may be null (GELU alone).
+void launch_gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+void launch_gather_rows(const float* x, int64_t D, const int32_t* rows, int64_t n_rows, float* out,
+                        cudaStream_t s);
+
+// --- RoPE and the KV cache (kernels_kv.cu) ---
+// x [T, n_heads, head_dim] in place; HF half-rotation pairing within rope_dim.
+void launch_rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
+                 const float* inv_freq, DeviceTokens b, cudaStream_t s);
+// k, v [T, n_kv_heads * head_dim] into their slots.
+void launch_store_kv(const DeviceKvLayer& kv, const float* k, const float* v, DeviceTokens b,
+                     DeviceTables tables, cudaStream_t s);
+
+// launch_rope on q [T, n_heads, hd] and k [T, n_kv_heads, hd], then launch_store_kv: one launch.
+// head_dim <= 1024 (one thread per element).
+void launch_rope_store_kv(const DeviceKvLayer& kv, float* q, float* k, const float* v,
+                          int64_t n_heads, int64_t rope_dim, const float* inv_freq, DeviceTokens b,
+                          DeviceTables tables, cudaStream_t s);
+
+// --- attention (kernels_attention.cu) ---
+// q/out [T, n_heads * head_dim]; each token over its sequence's [first_key, position]. One block
+// per (token, head) for the n_list tokens of token_list (null: all T): decode and short chunks.
+void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
+                      const AttentionScores& scores, DeviceTokens b, DeviceTables tables,
+                      const int32_t* token_list, int64_t n_list, float* out, cudaStream_t s);
+// Prefill chunks on the tensor cores (kernels_attention_tiles.cu): tiles [n_tiles, 2] of (first
+// token, count <= kAttentionTileQueries), each within one sequence. head_dim 64 or 128 only.
+inline constexpr int64_t kAttentionTileQueries = 64;
+bool attention_tiles_support(int64_t head_dim);
+void launch_attention_tiles(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
+                            const AttentionScores& scores, DeviceTokens b, DeviceTables tables,
+                            const int32_t* tiles, int64_t n_tiles, float* out, cudaStream_t s);
+
+// --- matrix products (kernels_matvec.cu, kernels_convert.cu) ---
+// Tokens up to which matvec() runs (weights read once for all of them, activations in f32);
+// above it the backend converts and calls cuBLAS.
+inline constexpr int64_t kMatvecMaxTokens = 8;
+// ys[i][t, n] = sum_k x[t, k] * ws[i][n, k]: x [T, K] f32, ys[i] [T, ws[i].n_rows];
+// T <= kMatvecMaxTokens. Matrices of one dtype and K share a launch.
+void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
+                   std::span<float* const> ys, cudaStream_t s);
+// f32 -> bf16 / f16 (for cuBLAS inputs), n elements.
+void launch_f32_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t s);
+void launch_f32_to_f16(const float* x, uint16_t* out, int64_t n, cudaStream_t s);
+// A q8_0 / q4_0 matrix in QuantsThenScales layout -> bf16 [n_rows, n_cols].
+void launch_dequantize_to_bf16(const WeightMatrix& w, uint16_t* out, cudaStream_t s);
+
+// --- device read bandwidth (kernels_probe.cu) ---
+// Milliseconds one streaming read of `bytes` (a multiple of 16) takes; waits for it.
+float time_read_probe(const void* data, int64_t bytes, uint32_t* sink, int sm_count,
+                      cudaStream_t s);
+
+}  // namespace ember::cuda
