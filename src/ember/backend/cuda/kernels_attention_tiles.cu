@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(128, 3) attention_tile_kernel(AttentionArgs a)
     // A row that has seen no visible key yet keeps base 0 (exp(-inf) = 0, never NaN).
     const float base0 = new_m0 == -INFINITY ? 0.0f : new_m0;
     const float base1 = new_m1 == -INFINITY ? 0.0f : new_m1;
-    const float c0 = expf(m0 - base0), c1 = expf(m1 - base1);
+    // __expf (ex2.approx, ~2 ulp): P is rounded to f16 right after, far coarser.
+    const float c0 = __expf(m0 - base0), c1 = __expf(m1 - base1);
     m0 = new_m0;
     m1 = new_m1;
     l0 *= c0;
@@ -215,10 +216,10 @@ __global__ void __launch_bounds__(128, 3) attention_tile_kernel(AttentionArgs a)
       float p[2][4];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        p[j][0] = expf(s[2 * kc + j][0] - base0);
-        p[j][1] = expf(s[2 * kc + j][1] - base0);
-        p[j][2] = expf(s[2 * kc + j][2] - base1);
-        p[j][3] = expf(s[2 * kc + j][3] - base1);
+        p[j][0] = __expf(s[2 * kc + j][0] - base0);
+        p[j][1] = __expf(s[2 * kc + j][1] - base0);
+        p[j][2] = __expf(s[2 * kc + j][2] - base1);
+        p[j][3] = __expf(s[2 * kc + j][3] - base1);
         l0 += p[j][0] + p[j][1];
         l1 += p[j][2] + p[j][3];
       }
