@@ -142,6 +142,35 @@ TEST_P(BackendOps, MatmulMatchesExactProductForEveryDtypeAndTokenCount) {
   }
 }
 
+// A residual add right after a matmul (the decoder's o_proj / down_proj + residual): cuda folds
+// the add into its matvec; both the product and the sum must stay what the reference computes.
+TEST_P(BackendOps, MatmulThenResidualAddMatchesReference) {
+  Device dev(GetParam());
+  Device ref("reference");
+  const int64_t N = 48, K = 256;
+  const HostMatrix m = make_matrix(DType::BF16, N, K, 31);
+  for (int64_t T : {1, 3, 9}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> x = random_floats(T * K, 32);
+    const std::vector<float> residual = random_floats(T * N, 33);
+    auto run = [&](Device& d) {
+      const WeightMatrix w = d.backend->upload_matrix(m.view, false);
+      float* dx = d.put(x);
+      float* product = d.zeros(T * N);
+      float* sum = d.put(residual);
+      d.backend->matmul(dx, T, {&w}, {product});
+      d.backend->add(sum, product, T, N);
+      d.backend->add(sum, product, T, N);  // a second add: not folded (the matvec is taken)
+      std::vector<float> out = d.get(product, T * N);
+      const std::vector<float> s2 = d.get(sum, T * N);
+      out.insert(out.end(), s2.begin(), s2.end());
+      return out;
+    };
+    const bool bf16_activations = GetParam() == "cuda" && T > 8;
+    EXPECT_LE(relative_error(run(dev), run(ref)), bf16_activations ? 1.5e-2 : 2e-5);
+  }
+}
+
 TEST_P(BackendOps, RowOpsMatchReference) {
   Device dev(GetParam());
   Device ref("reference");

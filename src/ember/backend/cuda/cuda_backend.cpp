@@ -82,6 +82,8 @@ CudaBackend::CudaBackend(const BackendOptions& options)
                  std::to_string(prop.minor) + ")";
   sm_count_ = prop.multiProcessorCount;
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  const char* fuse = std::getenv("EMBER_CUDA_FUSE");
+  fuse_adds_ = fuse == nullptr || std::string(fuse) != "0";
   const char* profile = std::getenv("EMBER_CUDA_PROFILE");
   profile_ = profile != nullptr && std::string(profile) == "1";
   auto on_change = [this](DeviceInts* ints) { before_upload_change(ints); };
@@ -226,6 +228,7 @@ void CudaBackend::flush(bool graph_ok) {
     // The pending launches are cleared even when one throws: they belong to a step that failed.
     std::vector<std::function<void()>> launches;
     launches.swap(pending_);
+    last_matvec_index_ = SIZE_MAX;
     std::vector<int> ops;
     ops.swap(pending_ops_);
     Signature signature = signature_;
@@ -479,6 +482,7 @@ void CudaBackend::softcap(float* x, float cap, int64_t rows, int64_t n) {
 
 void CudaBackend::add(float* y, const float* x, int64_t rows, int64_t n) {
   bind();
+  if (fuse_residual_add(y, x, rows * n)) return;
   defer(
       kAdd, [=, this] { launch_add(y, x, rows * n, stream_); }, y, x, rows * n);
 }

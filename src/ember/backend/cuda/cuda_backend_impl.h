@@ -138,6 +138,18 @@ class CudaBackend : public Backend {
   void run_profiled(const std::vector<std::function<void()>>& launches,
                     const std::vector<int>& ops);
   void print_profile() const;
+  // A decode-sized matmul waiting in the queue, kept so that a residual add right after it can be
+  // folded into it (fuse_residual_add: one launch fewer per add; EMBER_CUDA_FUSE=0 turns it off).
+  struct PendingMatvec {
+    const float* x = nullptr;
+    int64_t rows = 0;
+    std::vector<WeightMatrix> matrices;
+    std::vector<float*> outputs;
+    float* residual = nullptr;
+    size_t signature_start = 0;
+  };
+  void defer_matvec(PendingMatvec mv);
+  bool fuse_residual_add(float* y, const float* x, int64_t count);
   // Runs the pending launches; graph_ok false: directly, and the rest of the step too.
   void flush(bool graph_ok);
   void before_upload_change(DeviceInts* ints);
@@ -169,6 +181,9 @@ class CudaBackend : public Backend {
   double gemm_ms_ = 0;
   double gemm_flops_ = 0;
   bool step_graph_ok_ = true;
+  PendingMatvec last_matvec_;
+  size_t last_matvec_index_ = SIZE_MAX;
+  bool fuse_adds_ = true;
   StepGraphs graphs_;
 };
 

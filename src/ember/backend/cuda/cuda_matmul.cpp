@@ -21,22 +21,12 @@ void CudaBackend::matmul(const float* x, int64_t rows, std::span<const WeightMat
   bind();
   if (ws.size() != ys.size()) throw Error("cuda matmul: one output per matrix");
   if (rows <= kMatvecMaxTokens) {
-    std::vector<WeightMatrix> matrices;
-    std::vector<float*> outputs(ys.begin(), ys.end());
-    signature_.add(static_cast<int>(ws.size()));
-    for (const WeightMatrix* w : ws) {
-      matrices.push_back(*w);
-      signature_.add(*w);
-    }
-    for (float* y : ys) signature_.add(y);
-    defer(
-        kMatvec,
-        [=, this] {
-          std::vector<const WeightMatrix*> wp;
-          for (const WeightMatrix& w : matrices) wp.push_back(&w);
-          launch_matvec(x, rows, wp, outputs, stream_);
-        },
-        x, rows);
+    PendingMatvec mv;
+    mv.x = x;
+    mv.rows = rows;
+    for (const WeightMatrix* w : ws) mv.matrices.push_back(*w);
+    mv.outputs.assign(ys.begin(), ys.end());
+    defer_matvec(std::move(mv));
     return;
   }
   // cuBLAS and its scratch buffers run now, after what is pending; the step is not a graph.
@@ -82,6 +72,44 @@ void CudaBackend::matmul(const float* x, int64_t rows, std::span<const WeightMat
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   }
+}
+
+void CudaBackend::defer_matvec(PendingMatvec mv) {
+  const size_t signature_start = signature_.bytes().size();
+  signature_.add(static_cast<int>(mv.matrices.size()));
+  for (const WeightMatrix& w : mv.matrices) signature_.add(w);
+  for (float* y : mv.outputs) signature_.add(y);
+  defer(
+      kMatvec,
+      [mv, this] {
+        std::vector<const WeightMatrix*> wp;
+        for (const WeightMatrix& w : mv.matrices) wp.push_back(&w);
+        launch_matvec(mv.x, mv.rows, wp, mv.outputs, mv.residual, stream_);
+      },
+      mv.x, mv.rows, mv.residual);
+  mv.signature_start = signature_start;
+  last_matvec_ = std::move(mv);
+  last_matvec_index_ = pending_.size() - 1;
+}
+
+bool CudaBackend::fuse_residual_add(float* y, const float* x, int64_t count) {
+  // The add must follow the matvec directly, read its only output, cover it exactly, and not add
+  // into the matvec's own input (other warps still read it).
+  if (!fuse_adds_ || pending_.empty() || last_matvec_index_ != pending_.size() - 1 ||
+      pending_ops_.back() != kMatvec) {
+    return false;
+  }
+  PendingMatvec mv = last_matvec_;
+  if (mv.matrices.size() != 1 || mv.residual != nullptr || mv.outputs[0] != x ||
+      mv.rows * mv.matrices[0].n_rows != count || y == mv.x || y == x) {
+    return false;
+  }
+  pending_.pop_back();
+  pending_ops_.pop_back();
+  signature_.truncate(mv.signature_start);
+  mv.residual = y;
+  defer_matvec(std::move(mv));
+  return true;
 }
 
 // Column-major view: y^T [N, T] = W [N, K] (row-major, so op T on a [K, N] column-major matrix)

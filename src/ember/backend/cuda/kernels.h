@@ -77,9 +77,10 @@ void launch_attention_tiles(const DeviceKvLayer& kv, const float* q, int64_t n_h
 // above it the backend converts and calls cuBLAS.
 inline constexpr int64_t kMatvecMaxTokens = 8;
 // ys[i][t, n] = sum_k x[t, k] * ws[i][n, k]: x [T, K] f32, ys[i] [T, ws[i].n_rows];
-// T <= kMatvecMaxTokens. Matrices of one dtype and K share a launch.
+// T <= kMatvecMaxTokens. Matrices of one dtype and K share a launch. With `residual` (one matrix
+// only; it must not alias x) the kernel also adds the result into it: a residual add fused in.
 void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                   std::span<float* const> ys, cudaStream_t s);
+                   std::span<float* const> ys, float* residual, cudaStream_t s);
 // f32 -> bf16 / f16 (for cuBLAS inputs), n elements.
 void launch_f32_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t s);
 void launch_f32_to_f16(const float* x, uint16_t* out, int64_t n, cudaStream_t s);

@@ -78,6 +78,7 @@ struct MatrixSet {
   const uint8_t* data[kMaxMatrices];     // row data (quants for kQ8/kQ4)
   const uint16_t* scales[kMaxMatrices];  // kQ8/kQ4: f16 scales [rows, K / 32]
   float* y[kMaxMatrices];
+  float* residual[kMaxMatrices];   // non-null: also residual += y (a fused residual add)
   int64_t rows_end[kMaxMatrices];  // cumulative row counts
   int64_t ldy[kMaxMatrices];
   int count;
@@ -131,13 +132,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = warp_sum(acc[t]);
-    if (lane == 0) set.y[m][t * set.ldy[m] + n] = s;
+    if (lane == 0) {
+      set.y[m][t * set.ldy[m] + n] = s;
+      if (set.residual[m] != nullptr) set.residual[m][t * set.ldy[m] + n] += s;
+    }
   }
 }
 
 // Any K and alignment, any uploaded dtype: one element at a time (tiny models' odd rows).
-__global__ void matvec_any_kernel(const float* x, int64_t T, WeightMatrix w, float* y,
-                                  int64_t ldy) {
+__global__ void matvec_any_kernel(const float* x, int64_t T, WeightMatrix w, float* y, int64_t ldy,
+                                  float* residual) {
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (n >= w.n_rows) return;
@@ -146,13 +150,16 @@ __global__ void matvec_any_kernel(const float* x, int64_t T, WeightMatrix w, flo
     float acc = 0.0f;
     for (int64_t k = lane; k < K; k += 32) acc += matrix_element(w, n, k) * x[t * K + k];
     acc = warp_sum(acc);
-    if (lane == 0) y[t * ldy + n] = acc;
+    if (lane == 0) {
+      y[t * ldy + n] = acc;
+      if (residual != nullptr) residual[t * ldy + n] += acc;
+    }
   }
 }
 
 template <int KIND, int NT>
 void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
-                 std::span<float* const> ys, cudaStream_t s) {
+                 std::span<float* const> ys, float* residual, cudaStream_t s) {
   MatrixSet set{};
   int64_t stride = ws[0]->row_bytes;
   if constexpr (KIND == kQ8 || KIND == kQ4)
@@ -167,6 +174,7 @@ void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
       set.scales[i] = reinterpret_cast<const uint16_t*>(set.data[i] + w.n_rows * stride);
     }
     set.y[i] = ys[static_cast<size_t>(i)];
+    set.residual[i] = residual != nullptr && i == 0 ? residual : nullptr;
     set.ldy[i] = w.n_rows;
     rows += w.n_rows;
     set.rows_end[i] = rows;
@@ -177,31 +185,31 @@ void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
 
 template <int KIND>
 void launch_tokens(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                   std::span<float* const> ys, cudaStream_t s) {
+                   std::span<float* const> ys, float* residual, cudaStream_t s) {
   switch (T) {
     case 1:
-      launch_kind<KIND, 1>(x, ws, ys, s);
+      launch_kind<KIND, 1>(x, ws, ys, residual, s);
       break;
     case 2:
-      launch_kind<KIND, 2>(x, ws, ys, s);
+      launch_kind<KIND, 2>(x, ws, ys, residual, s);
       break;
     case 3:
-      launch_kind<KIND, 3>(x, ws, ys, s);
+      launch_kind<KIND, 3>(x, ws, ys, residual, s);
       break;
     case 4:
-      launch_kind<KIND, 4>(x, ws, ys, s);
+      launch_kind<KIND, 4>(x, ws, ys, residual, s);
       break;
     case 5:
-      launch_kind<KIND, 5>(x, ws, ys, s);
+      launch_kind<KIND, 5>(x, ws, ys, residual, s);
       break;
     case 6:
-      launch_kind<KIND, 6>(x, ws, ys, s);
+      launch_kind<KIND, 6>(x, ws, ys, residual, s);
       break;
     case 7:
-      launch_kind<KIND, 7>(x, ws, ys, s);
+      launch_kind<KIND, 7>(x, ws, ys, residual, s);
       break;
     default:
-      launch_kind<KIND, 8>(x, ws, ys, s);
+      launch_kind<KIND, 8>(x, ws, ys, residual, s);
       break;
   }
 }
@@ -225,22 +233,22 @@ int vector_kind(const float* x, const WeightMatrix& w) {
 }
 
 void launch_set(int kind, const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                std::span<float* const> ys, cudaStream_t s) {
+                std::span<float* const> ys, float* residual, cudaStream_t s) {
   switch (kind) {
     case kQ8:
-      launch_tokens<kQ8>(x, T, ws, ys, s);
+      launch_tokens<kQ8>(x, T, ws, ys, residual, s);
       break;
     case kQ4:
-      launch_tokens<kQ4>(x, T, ws, ys, s);
+      launch_tokens<kQ4>(x, T, ws, ys, residual, s);
       break;
     case kF32:
-      launch_tokens<kF32>(x, T, ws, ys, s);
+      launch_tokens<kF32>(x, T, ws, ys, residual, s);
       break;
     case kBF16:
-      launch_tokens<kBF16>(x, T, ws, ys, s);
+      launch_tokens<kBF16>(x, T, ws, ys, residual, s);
       break;
     default:
-      launch_tokens<kF16>(x, T, ws, ys, s);
+      launch_tokens<kF16>(x, T, ws, ys, residual, s);
       break;
   }
 }
@@ -248,9 +256,11 @@ void launch_set(int kind, const float* x, int64_t T, std::span<const WeightMatri
 }  // namespace
 
 void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                   std::span<float* const> ys, cudaStream_t s) {
+                   std::span<float* const> ys, float* residual, cudaStream_t s) {
   if (T == 0 || ws.empty()) return;
   if (T > kMatvecMaxTokens) throw Error("cuda matvec: more tokens than kMatvecMaxTokens");
+  if (residual != nullptr && ws.size() != 1)
+    throw Error("cuda matvec: a residual needs one matrix");
   // Runs of matrices of the same kind (and K) go out in one launch, up to kMaxMatrices at a time.
   size_t i = 0;
   while (i < ws.size()) {
@@ -258,7 +268,7 @@ void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* cons
     if (kind < 0) {
       const WeightMatrix& w = *ws[i];
       const auto blocks = static_cast<unsigned>((w.n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-      matvec_any_kernel<<<blocks, kWarpsPerBlock * 32, 0, s>>>(x, T, w, ys[i], w.n_rows);
+      matvec_any_kernel<<<blocks, kWarpsPerBlock * 32, 0, s>>>(x, T, w, ys[i], w.n_rows, residual);
       check_launch("matvec");
       ++i;
       continue;
@@ -268,7 +278,7 @@ void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* cons
            ws[j]->n_cols == ws[i]->n_cols && ws[j]->dtype == ws[i]->dtype) {
       ++j;
     }
-    launch_set(kind, x, T, ws.subspan(i, j - i), ys.subspan(i, j - i), s);
+    launch_set(kind, x, T, ws.subspan(i, j - i), ys.subspan(i, j - i), residual, s);
     check_launch("matvec");
     i = j;
   }

@@ -44,6 +44,7 @@ class Signature {
   }
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   void clear() { bytes_.clear(); }
+  void truncate(size_t size) { bytes_.resize(size); }
   bool empty() const { return bytes_.empty(); }
 
  private:
