@@ -121,6 +121,13 @@ struct BlockIQ4_XS {
 };
 static_assert(sizeof(BlockIQ4_XS) == 136);
 
+// The helpers below are the spec in code for host and (compiled by nvcc) CUDA device code alike.
+#ifdef __CUDACC__
+#define EMBER_HOST_DEVICE __host__ __device__
+#else
+#define EMBER_HOST_DEVICE
+#endif
+
 // The 16 levels of iq4_nl / iq4_xs: a non-uniform grid, denser near zero.
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
@@ -129,7 +136,7 @@ inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
 // 0-3 keep theirs in the low 6 bits of bytes j (scale) and j + 4 (min); sub-blocks 4-7 keep the
 // low 4 bits in byte j + 4 (scale low nibble, min high nibble) and the top 2 bits in the top bits
 // of bytes j - 4 (scale) and j (min).
-inline void k_scale_min(const uint8_t* s, int j, uint8_t* scale, uint8_t* min) {
+EMBER_HOST_DEVICE inline void k_scale_min(const uint8_t* s, int j, uint8_t* scale, uint8_t* min) {
   if (j < 4) {
     *scale = s[j] & 63;
     *min = s[j + 4] & 63;
@@ -142,14 +149,14 @@ inline void k_scale_min(const uint8_t* s, int j, uint8_t* scale, uint8_t* min) {
 // q3_k: the 6-bit scale of sub-block i (0..15) from the 12 packed bytes (subtract 32 for its
 // value). Low 4 bits: byte i (i < 8, low nibble) or byte i - 8 (high nibble); high 2 bits: bits
 // 2 * (i / 4) of byte 8 + i % 4.
-inline int k3_scale(const uint8_t* s, int i) {
+EMBER_HOST_DEVICE inline int k3_scale(const uint8_t* s, int i) {
   const int low = i < 8 ? (s[i] & 0x0f) : (s[i - 8] >> 4);
   const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
   return low | (high << 4);
 }
 
 // iq4_xs: the 6-bit scale of sub-block ib (0..7) (subtract 32 for its value).
-inline int iq4_xs_scale(const BlockIQ4_XS& b, int ib) {
+EMBER_HOST_DEVICE inline int iq4_xs_scale(const BlockIQ4_XS& b, int ib) {
   return ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((b.scales_h >> (2 * ib)) & 3) << 4);
 }
 

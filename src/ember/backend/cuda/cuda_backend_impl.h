@@ -1,11 +1,11 @@
 // The CUDA backend (see backend/backend.h for the contract). Weights, KV blocks and activations
-// live in device memory; every op is enqueued on one stream and the host waits only in to_host()
-// (logits) — so the scheduler's host work for the next step overlaps the GPU's current one up to
-// that point. Matrices: f32/f16/bf16 as stored; q8_0/q4_0 re-laid out at upload into
-// QuantsThenScales (16-byte-aligned quants, scales apart) for the decode matvec kernels; the other
-// GGML block types have no kernel here yet and are expanded to bf16 at upload (said once on
-// stderr). Up to kMatvecMaxTokens tokens use our matvec kernels; larger steps (prefill, batched
-// decode) use cuBLAS on bf16/f16 operands (f32 weights: SGEMM in f32).
+// live in device memory; every op's launches are queued (step_graphs.h) and run on one stream when
+// the step's logits are read (to_host), as a replayed graph where the step repeats. Matrices:
+// f32/f16/bf16 as stored; q8_0/q4_0 re-laid out at upload into QuantsThenScales (16-byte-aligned
+// quants, scales apart) for the decode matvec kernels; the other GGML block types as stored,
+// decoded in-kernel (block_dequant.cuh); anything else (none today) would be expanded to bf16 at
+// upload, said once on stderr. Up to kMatvecMaxTokens tokens use our matvec kernels; larger steps
+// (prefill, batched decode) use cuBLAS on bf16/f16 operands (f32 weights: SGEMM in f32).
 #pragma once
 
 #include <cublas_v2.h>
@@ -169,7 +169,7 @@ class CudaBackend : public Backend {
   DeviceInts attention_tile_ints_, attention_single_ints_;
   std::vector<DeviceBuffer> x_half_;     // activations converted for cuBLAS (bf16)
   std::vector<DeviceBuffer> x_f16_;      // (f16, for f16 weights)
-  std::vector<DeviceBuffer> w_dequant_;  // a q8_0/q4_0 matrix expanded for cuBLAS
+  std::vector<DeviceBuffer> w_dequant_;  // a quantized matrix expanded to bf16 for cuBLAS
   bool warned_expanded_ = false;
   Signature signature_;
   std::vector<std::function<void()>> pending_;

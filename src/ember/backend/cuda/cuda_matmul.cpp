@@ -127,7 +127,7 @@ void CudaBackend::gemm(const float* x, const uint16_t* xh, int64_t T, const Weig
   }
   const void* a = w.data;
   const cudaDataType_t type = w.dtype == DType::F16 ? CUDA_R_16F : CUDA_R_16BF;
-  if (w.layout == WeightLayout::QuantsThenScales) {
+  if (w.layout == WeightLayout::QuantsThenScales || dtype_is_quantized(w.dtype)) {
     uint16_t* wh = scratch_halves(w_dequant_, w.n_rows * w.n_cols);
     launch_dequantize_to_bf16(w, wh, stream_);
     a = wh;

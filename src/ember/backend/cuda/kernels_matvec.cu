@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 
+#include "ember/backend/cuda/block_dequant.cuh"
 #include "ember/backend/cuda/cuda_check.h"
 #include "ember/backend/cuda/device_math.cuh"
 #include "ember/backend/cuda/kernels.h"
@@ -139,6 +140,77 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+// GGML block types in the file's Rows layout (block_dequant.cuh): one warp per row, each lane
+// decodes groups of 32 values and multiplies them with every token's activations.
+template <int NT>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    matvec_groups_kernel(const float* __restrict__ x, WeightMatrix w, float* __restrict__ y,
+                         float* residual) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (n >= w.n_rows) return;
+  const int64_t K = w.n_cols;
+  const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * w.row_bytes;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  for (int64_t g = lane; g < K / 32; g += 32) {
+    float v[32];
+    dequantize_group(w.dtype, row, g, v);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float4* xv = reinterpret_cast<const float4*>(x + t * K + 32 * g);
+      float s = 0.0f;
+#pragma unroll
+      for (int e4 = 0; e4 < 8; ++e4) {
+        const float4 xx = __ldg(xv + e4);
+        s += v[4 * e4] * xx.x + v[4 * e4 + 1] * xx.y + v[4 * e4 + 2] * xx.z + v[4 * e4 + 3] * xx.w;
+      }
+      acc[t] += s;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) {
+      y[t * w.n_rows + n] = s;
+      if (residual != nullptr) residual[t * w.n_rows + n] += s;
+    }
+  }
+}
+
+void launch_groups(const float* x, int64_t T, const WeightMatrix& w, float* y, float* residual,
+                   cudaStream_t s) {
+  const auto blocks = static_cast<unsigned>((w.n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const unsigned threads = kWarpsPerBlock * 32;
+  switch (T) {
+    case 1:
+      matvec_groups_kernel<1><<<blocks, threads, 0, s>>>(x, w, y, residual);
+      break;
+    case 2:
+      matvec_groups_kernel<2><<<blocks, threads, 0, s>>>(x, w, y, residual);
+      break;
+    case 3:
+      matvec_groups_kernel<3><<<blocks, threads, 0, s>>>(x, w, y, residual);
+      break;
+    case 4:
+      matvec_groups_kernel<4><<<blocks, threads, 0, s>>>(x, w, y, residual);
+      break;
+    case 5:
+      matvec_groups_kernel<5><<<blocks, threads, 0, s>>>(x, w, y, residual);
+      break;
+    case 6:
+      matvec_groups_kernel<6><<<blocks, threads, 0, s>>>(x, w, y, residual);
+      break;
+    case 7:
+      matvec_groups_kernel<7><<<blocks, threads, 0, s>>>(x, w, y, residual);
+      break;
+    default:
+      matvec_groups_kernel<8><<<blocks, threads, 0, s>>>(x, w, y, residual);
+      break;
+  }
+}
+
 // Any K and alignment, any uploaded dtype: one element at a time (tiny models' odd rows).
 __global__ void matvec_any_kernel(const float* x, int64_t T, WeightMatrix w, float* y, int64_t ldy,
                                   float* residual) {
@@ -148,7 +220,7 @@ __global__ void matvec_any_kernel(const float* x, int64_t T, WeightMatrix w, flo
   const int64_t K = w.n_cols;
   for (int64_t t = 0; t < T; ++t) {
     float acc = 0.0f;
-    for (int64_t k = lane; k < K; k += 32) acc += matrix_element(w, n, k) * x[t * K + k];
+    for (int64_t k = lane; k < K; k += 32) acc += matrix_element_any(w, n, k) * x[t * K + k];
     acc = warp_sum(acc);
     if (lane == 0) {
       y[t * ldy + n] = acc;
@@ -265,6 +337,13 @@ void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* cons
   size_t i = 0;
   while (i < ws.size()) {
     const int kind = vector_kind(x, *ws[i]);
+    if (kind < 0 && is_group_dtype(ws[i]->dtype) && ws[i]->layout == WeightLayout::Rows &&
+        reinterpret_cast<uintptr_t>(x) % 16 == 0 && ws[i]->n_cols % 32 == 0) {
+      launch_groups(x, T, *ws[i], ys[i], residual, s);
+      check_launch("matvec");
+      ++i;
+      continue;
+    }
     if (kind < 0) {
       const WeightMatrix& w = *ws[i];
       const auto blocks = static_cast<unsigned>((w.n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock);

@@ -1,6 +1,7 @@
 // Row-wise and elementwise kernels: embedding lookups, norms, activations, residual adds.
 #include <cmath>
 
+#include "ember/backend/cuda/block_dequant.cuh"
 #include "ember/backend/cuda/cuda_check.h"
 #include "ember/backend/cuda/device_math.cuh"
 #include "ember/backend/cuda/kernels.h"
@@ -20,7 +21,7 @@ __global__ void embed_kernel(WeightMatrix table, const int32_t* rows, float* x, 
   const int64_t D = table.n_cols;
   const int64_t r = rows[t];
   for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < D; c += gridDim.x * blockDim.x) {
-    const float v = matrix_element(table, r, c);
+    const float v = matrix_element_any(table, r, c);
     x[t * D + c] = add ? x[t * D + c] + v : v;
   }
 }
