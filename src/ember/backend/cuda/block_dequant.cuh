@@ -17,25 +17,6 @@ static __constant__ int8_t kIq4nlLevels[16] = {
     kIq4nlValues[8],  kIq4nlValues[9],  kIq4nlValues[10], kIq4nlValues[11],
     kIq4nlValues[12], kIq4nlValues[13], kIq4nlValues[14], kIq4nlValues[15]};
 
-// Whether dequantize_group handles `dtype` (the block types the cuda backend keeps as stored).
-__host__ __device__ inline bool is_group_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::IQ4_NL:
-    case DType::Q2_K:
-    case DType::Q3_K:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-    case DType::IQ4_XS:
-      return true;
-    default:
-      return false;
-  }
-}
-
 __device__ __forceinline__ int legacy_nibble(const uint8_t* qs, int j) {
   return j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
 }

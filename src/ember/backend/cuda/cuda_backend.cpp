@@ -172,18 +172,8 @@ WeightMatrix CudaBackend::upload_matrix(const WeightMatrix& host, bool) {
       src = staged.data();
       break;
     }
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::IQ4_NL:
-    case DType::Q2_K:
-    case DType::Q3_K:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-    case DType::IQ4_XS:
-      break;  // as stored: decoded in-kernel (block_dequant.cuh)
     default: {
+      if (is_group_dtype(host.dtype)) break;  // as stored: decoded in-kernel (block_dequant.cuh)
       // No kernel for this block type: expand to bf16 once (exact for the block's values up to
       // bf16 rounding), and say so.
       if (!warned_expanded_) {

@@ -26,6 +26,26 @@ struct DeviceKvLayer {
   int32_t block_size = 0;
 };
 
+// The GGML block types the backend keeps as stored and decodes in-kernel, 32 values at a time
+// (block_dequant.cuh); q8_0/q4_0 have a layout of their own (QuantsThenScales).
+constexpr bool is_group_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // --- elementwise and row ops (kernels_rows.cu) ---
 void launch_embed(const WeightMatrix& table, DeviceTokens b, float* x, cudaStream_t s);
 void launch_add_position_embeddings(const WeightMatrix& table, DeviceTokens b, float* x,
