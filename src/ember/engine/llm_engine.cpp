@@ -111,7 +111,9 @@ std::unique_ptr<Sequence> LLMEngine::make_sequence(GenerationRequest request) co
   int64_t max_tokens = request.max_tokens;
   if (max_tokens < 0) max_tokens = std::min(kDefaultMaxTokens, limit - n_prompt);
   if (request.stop_at_context) max_tokens = std::min(max_tokens, limit - n_prompt);
-  if (n_prompt + max_tokens > limit) {
+  // Compared as a difference: n_prompt + max_tokens overflows for max_tokens near 2^63 (a client's
+  // "max_tokens": 9223372036854775807 used to pass this check and run to the end of the context).
+  if (max_tokens > limit - n_prompt) {
     throw too_long("max_tokens",
                    "max_tokens " + std::to_string(max_tokens) + " + " + std::to_string(n_prompt) +
                        " prompt tokens exceed the context of " + std::to_string(limit) + " tokens");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "ember/core/error.h"
 #include "ember/engine/llm_engine.h"
@@ -102,6 +103,19 @@ TEST_F(LLMEngineTest, MaxTokensIsDecidedAtArrival) {
     EXPECT_EQ(e.field(), "max_tokens");
     EXPECT_EQ(e.reason(), "context_length_exceeded");
   }
+  // Near 2^63 (the server saturates larger JSON integers to INT64_MAX): refused too, not
+  // overflowed into a small sum.
+  for (int64_t huge :
+       {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 5}) {
+    r.max_tokens = huge;
+    try {
+      engine.make_sequence(r);
+      ADD_FAILURE() << "max_tokens " << huge << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.field(), "max_tokens");
+    }
+  }
+  r.max_tokens = 55;
   // stop_at_context: accepted, and generation ends with "length" when the context is full.
   r.stop_at_context = true;
   int64_t generated = 0;
