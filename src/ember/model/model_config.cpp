@@ -82,6 +82,35 @@ void ModelConfig::validate(const std::string& source) const {
   require_positive(n_kv_heads, "num_key_value_heads");
   require_positive(head_dim, "head_dim");
   require_positive(vocab_size, "vocab_size");
+  // Upper bounds far past any model (the largest have ~100k hidden, ~200 layers, ~256k vocab):
+  // a crafted config must fail here, naming the field, not later in a giant allocation.
+  auto require_at_most = [&](int64_t v, int64_t limit, const char* field) {
+    if (v > limit)
+      throw Error::in_file(ErrorKind::InvalidFile, source,
+                           std::string(field) + " " + std::to_string(v) +
+                               " is beyond any model ember can hold (at most " +
+                               std::to_string(limit) + ")");
+  };
+  require_at_most(d_model, int64_t{1} << 20, "hidden_size (d_model)");
+  require_at_most(d_ffn, int64_t{1} << 22, "intermediate_size (d_ffn)");
+  require_at_most(n_layers, int64_t{1} << 14, "num_hidden_layers");
+  require_at_most(n_heads, int64_t{1} << 14, "num_attention_heads");
+  require_at_most(n_kv_heads, int64_t{1} << 14, "num_key_value_heads");
+  require_at_most(head_dim, int64_t{1} << 14, "head_dim");
+  require_at_most(vocab_size, int64_t{1} << 26, "vocab_size");
+  // The parameters those imply, in double (no int64 overflow): at most 10^13 (20 TB in bf16).
+  const double d = static_cast<double>(d_model);
+  const double params =
+      2.0 * static_cast<double>(vocab_size) * d +
+      static_cast<double>(n_layers) *
+          (d * static_cast<double>(head_dim) * static_cast<double>(2 * n_heads + 2 * n_kv_heads) +
+           3.0 * d * static_cast<double>(d_ffn));
+  if (params > 1e13) {
+    throw Error::in_file(ErrorKind::InvalidFile, source,
+                         "the config implies " +
+                             std::to_string(static_cast<int64_t>(params / 1e9)) +
+                             "B parameters, beyond any model ember can hold");
+  }
   if (n_heads % n_kv_heads != 0) {
     throw Error::in_file(ErrorKind::InvalidFile, source,
                          "num_attention_heads (" + std::to_string(n_heads) +

@@ -187,6 +187,40 @@ TEST(HfConfigErrors, InconsistentNumbers) {
   EXPECT_TRUE(contains(msg, "vocab_size")) << msg;
 }
 
+// A crafted config with absurd sizes fails at parse time naming the field (10^9 layers used to
+// run the loader out of memory building its list of expected tensors).
+TEST(HfConfigErrors, AbsurdSizesAreRefusedBeforeAnyAllocation) {
+  nlohmann::json j = base_config();
+  j["num_hidden_layers"] = 1000000000;
+  std::string msg = parse_error(j);
+  EXPECT_TRUE(contains(msg, "num_hidden_layers 1000000000 is beyond")) << msg;
+
+  j = base_config();
+  j["vocab_size"] = int64_t{1} << 40;
+  msg = parse_error(j);
+  EXPECT_TRUE(contains(msg, "vocab_size")) << msg;
+
+  // Each size within its bound, their product not: 10^13+ parameters.
+  j = base_config();
+  j["hidden_size"] = 1 << 20;
+  j["intermediate_size"] = 1 << 22;
+  j["num_hidden_layers"] = 1 << 14;
+  j["num_attention_heads"] = 1 << 12;
+  j["num_key_value_heads"] = 1 << 12;
+  msg = parse_error(j);
+  EXPECT_TRUE(contains(msg, "parameters")) << msg;
+
+  // A real large model still parses (Llama-3-405B's sizes).
+  j = base_config();
+  j["hidden_size"] = 16384;
+  j["intermediate_size"] = 53248;
+  j["num_hidden_layers"] = 126;
+  j["num_attention_heads"] = 128;
+  j["num_key_value_heads"] = 8;
+  j["vocab_size"] = 128256;
+  EXPECT_EQ(parse(j).n_layers, 126);
+}
+
 TEST(HfConfigErrors, UnsupportedRopeScalingAndArchitecture) {
   nlohmann::json j = base_config();
   j["rope_scaling"] = {{"rope_type", "ntk-by-parts"}, {"factor", 4.0}};
