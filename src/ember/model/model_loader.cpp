@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -130,6 +131,7 @@ class WeightBuilder {
     }
     const StoredTensor& stored = find(expected);
     const TensorView& src = stored.view;
+    if (!stored.transposed) check_rows(stored, row_begin, rows, cols);
     DType target = dtype_.value_or(src.dtype);
     // Quantized blocks span 32 or 256 inputs; a matrix whose rows do not fit (e.g. stories260K's
     // d_ffn = 172) takes llama.cpp's fallback type, or stays in its float dtype.
@@ -180,15 +182,46 @@ class WeightBuilder {
       SplitMix64 rng{hash_name(name, seed_)};
       for (auto& v : host) v = dummy_value == 0 ? 0.02f * rng.uniform() : dummy_value;
     } else {
-      const TensorView& src = find(expected).view;
+      const StoredTensor& stored = find(expected);
+      const TensorView& src = stored.view;
       std::vector<float> all(static_cast<size_t>(expected.shape[0]));
       dequantize_row(src.dtype, src.data, all.data(), expected.shape[0]);
+      check_finite(stored.stored_name, all.data(), expected.shape[0]);
       for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = all[begin + i] + offset;
     }
     return backend_.upload_vector(host.data(), n);
   }
 
+  // Tensors holding NaN or Inf, by their stored names: vectors (norms, biases) are checked
+  // fully, matrices on kSampledRows rows spread over them (a full scan would read every weight
+  // at load; a broken conversion shows in any row).
+  const std::vector<std::string>& non_finite() const { return non_finite_; }
+
  private:
+  static constexpr int64_t kSampledRows = 8;
+
+  void check_finite(const std::string& name, const float* v, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(v[i])) {
+        if (std::find(non_finite_.begin(), non_finite_.end(), name) == non_finite_.end())
+          non_finite_.push_back(name);
+        return;
+      }
+    }
+  }
+
+  void check_rows(const StoredTensor& stored, int64_t row_begin, int64_t rows, int64_t cols) {
+    const TensorView& src = stored.view;
+    const int64_t row_bytes = dtype_row_bytes(src.dtype, cols);
+    const int64_t n = std::min(rows, kSampledRows);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = row_begin + (n == 1 ? 0 : i * (rows - 1) / (n - 1));
+      dequantize_row(src.dtype, src.data + r * row_bytes, row.data(), cols);
+      check_finite(stored.stored_name, row.data(), cols);
+    }
+  }
+
   // Rows [row_begin, row_begin + rows) of a matrix stored transposed (GPT-2's Conv1D [in, out]).
   WeightMatrix transposed_matrix(const StoredTensor& stored, DType target, int64_t row_begin,
                                  int64_t rows) {
@@ -200,6 +233,9 @@ class WeightBuilder {
       const int64_t row_bytes = dtype_row_bytes(src.dtype, out_features);
       dequantize_row(src.dtype, src.data + i * row_bytes, stored_f32.data() + i * out_features,
                      out_features);
+    }
+    if (row_begin == 0) {  // a fused tensor is split in parts: check it once
+      check_finite(stored.stored_name, stored_f32.data(), static_cast<int64_t>(stored_f32.size()));
     }
     WeightMatrix host{target, nullptr, rows, in_features, dtype_row_bytes(target, in_features)};
     std::vector<uint8_t> bytes(static_cast<size_t>(host.bytes()));
@@ -271,6 +307,7 @@ class WeightBuilder {
   std::optional<DType> dtype_;
   uint64_t seed_;
   Backend& backend_;
+  std::vector<std::string> non_finite_;
 };
 
 }  // namespace
@@ -388,6 +425,7 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
     w.final_norm_bias = b.vector(*expected.at("model.norm.bias"), 0.0f);
   w.lm_head =
       c.tie_word_embeddings ? w.embed : b.matrix(*expected.at("lm_head.weight"), false, c.head_dim);
+  w.non_finite_tensors = b.non_finite();
   return w;
 }
 
@@ -417,6 +455,16 @@ LoadedModel load_model(const LoadOptions& options) {
   m.checkpoint = open_checkpoint(options.path, copts);
   m.weights =
       build_weights(m.checkpoint, options.dtype, options.dummy_seed, make_backend(options.backend));
+  if (!m.weights.non_finite_tensors.empty()) {
+    std::string names;
+    for (const std::string& n : m.weights.non_finite_tensors)
+      names.append(names.empty() ? "" : ", ").append(n);
+    std::fprintf(
+        stderr,
+        "warning: %s: NaN or Inf values in %s (norms and biases checked fully, matrices on "
+        "a sample of rows); the model's output will not be meaningful\n",
+        m.checkpoint.path.c_str(), names.c_str());
+  }
   if (options.load_tokenizer) m.tokenizer = load_checkpoint_tokenizer(m.checkpoint);
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;

@@ -51,6 +51,8 @@ struct ModelWeights {
   const float* final_norm_bias = nullptr;  // [d_model] or null (LayerNorm)
   WeightMatrix lm_head;                    // [vocab, d_model]; the embedding itself when tied
   const float* rope_inv_freq = nullptr;    // [rope_dim / 2], scaling already applied
+  // Stored names of tensors found holding NaN or Inf at load (load_model warns about them).
+  std::vector<std::string> non_finite_tensors;
 
   // The backend that holds the weights and runs the model; the mappings the weights may point into.
   std::shared_ptr<Backend> backend;
