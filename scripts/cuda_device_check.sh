@@ -6,13 +6,13 @@
 # BIN_DIR holds ember and ember_tests (and any shared library the machine lacks, found through
 # LD_LIBRARY_PATH=BIN_DIR/lib); FIXTURES_DIR is ../shared or a copy of the part the tests read.
 # Stages (default: all but profile): tests server greedy bench-small bench-8b bench-batch profile. Logs go to $OUT (or
-# /tmp/ember-cuda-check); the last lines printed are the summary.
+# build-cuda/device-check in the repository); the last lines printed are the summary.
 set -uo pipefail
 bin=$(realpath "$1")
 fixtures=$(realpath "$2")
 shift 2
 stages=${*:-tests server greedy bench-small bench-8b bench-batch}
-out=${OUT:-/tmp/ember-cuda-check}/logs
+out=${OUT:-build-cuda/device-check}/logs
 mkdir -p "$out"
 trap 'tar -C "$out/.." -czf "$out/../logs.tgz" logs' EXIT
 export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
