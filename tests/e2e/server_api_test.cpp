@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "e2e/server_test_util.h"
+#include "ember/tokenizer/load_tokenizer.h"
 #include "test_util.h"
 
 namespace ember {
@@ -140,6 +141,35 @@ TEST_F(ServerApi, CompletionFromTokenIdsAndEmptyPrompt) {
   std::ifstream in(test::fixture("models/stories260K/expected-greedy-200.txt"));
   std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(expected.rfind(from_bos, 0), 0u) << from_bos;
+}
+
+// /tokenize and /detokenize use the model's tokenizer: the same ids as encoding here, pieces on
+// request, decode back to the text; unknown fields and bad ids are refused by name.
+TEST_F(ServerApi, TokenizeAndDetokenize) {
+  const auto tok = load_tokenizer_from_gguf(model_);
+  const std::string text = "Once upon a time, Lily saw a big red ball.";
+  auto r = test::post_json(port_, "/tokenize", {{"content", text}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::vector<int32_t> ids = json::parse(r.body)["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(ids, tok->encode_with_special(text, false, true));
+  auto with_bos = test::post_json(port_, "/tokenize", {{"content", text}, {"add_special", true}});
+  ASSERT_EQ(with_bos.status, 200) << with_bos.body;
+  EXPECT_EQ(json::parse(with_bos.body)["tokens"][0], tok->bos_id());
+  auto pieces = test::post_json(port_, "/tokenize", {{"content", "Once"}, {"with_pieces", true}});
+  ASSERT_EQ(pieces.status, 200) << pieces.body;
+  const json first = json::parse(pieces.body)["tokens"][0];
+  EXPECT_EQ(first["piece"], tok->token_bytes(first["id"].get<int32_t>()));
+
+  auto back = test::post_json(port_, "/detokenize", {{"tokens", ids}});
+  ASSERT_EQ(back.status, 200) << back.body;
+  EXPECT_EQ(json::parse(back.body)["content"], tok->decode(ids));
+
+  expect_error(test::post_json(port_, "/tokenize", {{"content", "x"}, {"add_bos", true}}), 400,
+               "add_bos");
+  expect_error(test::post_json(port_, "/tokenize", {{"text", "x"}}), 400, "text");
+  expect_error(test::post_json(port_, "/tokenize", {{"content", 5}}), 400, "content");
+  expect_error(test::post_json(port_, "/detokenize", {{"tokens", {1, 100000}}}), 400, "tokens");
+  expect_error(test::http_post(port_, "/detokenize", "[1, 2"), 400);
 }
 
 TEST_F(ServerApi, StopStringsAndLogprobs) {

@@ -10,6 +10,7 @@
 
 #include "ember/core/error.h"
 #include "ember/server/error_response.h"
+#include "ember/server/tokenize_api.h"
 
 namespace ember::server {
 
@@ -144,6 +145,12 @@ void HttpServer::route() {
   });
   http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::ChatCompletions, req, res);
+  });
+  http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    send_json(res, handle_tokenize(tokenizer_, req.body));
+  });
+  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    send_json(res, handle_detokenize(tokenizer_, req.body));
   });
   http_->Get("/v1/models",
              [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
