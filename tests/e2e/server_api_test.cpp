@@ -276,6 +276,19 @@ TEST_F(ServerApi, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
   expect_error(test::post_json(port_, c, {{"prompt", json::array({1, 100000})}}), 400);
   expect_error(test::post_json(port_, chat, {{"messages", json::array()}}), 400, "messages");
   expect_error(test::post_json(port_, chat, {{"prompt", "a"}}), 400, "messages");
+  // Fields ember does not handle are refused by name, never ignored; null asks for nothing.
+  const json hi = json::array({{{"role", "user"}, {"content", "hi"}}});
+  expect_error(test::post_json(port_, chat, {{"messages", hi}, {"tools", json::array()}}), 400,
+               "tools");
+  expect_error(test::post_json(port_, chat,
+                               {{"messages", hi}, {"response_format", {{"type", "json_object"}}}}),
+               400, "response_format");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"logit_bias", {{"50", 5}}}}), 400,
+               "logit_bias");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"frobnicate", 1}}), 400, "frobnicate");
+  auto accepted = test::post_json(
+      port_, chat, {{"messages", hi}, {"tools", nullptr}, {"user", "u-1"}, {"max_tokens", 2}});
+  EXPECT_EQ(accepted.status, 200) << accepted.body;
   expect_error(
       test::post_json(port_, chat,
                       {{"messages", json::array({{{"role", "wizard"}, {"content", "x"}}})}}),

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
+#include <string>
 
 #include "ember/tokenizer/tokenizer.h"
 
@@ -236,6 +238,60 @@ void get_logprobs(Endpoint endpoint, const json& body, ApiRequest& req) {
   }
 }
 
+// Every field of a request is either handled or refused by name: an app must be able to tell that
+// ember did not do what it asked (tools, response_format, logit_bias... were silently ignored).
+// `user` (an end-user id for the provider's abuse monitoring) changes nothing and is accepted; a
+// null value asks for nothing and is accepted for any name.
+void refuse_unhandled_fields(Endpoint endpoint, const json& body) {
+  static const std::set<std::string> common = {"model",
+                                               "n",
+                                               "stream",
+                                               "stream_options",
+                                               "max_tokens",
+                                               "max_completion_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "top_k",
+                                               "min_p",
+                                               "repetition_penalty",
+                                               "seed",
+                                               "presence_penalty",
+                                               "frequency_penalty",
+                                               "stop",
+                                               "ignore_eos",
+                                               "logprobs",
+                                               "user"};
+  static const std::set<std::string> completions = {"prompt", "echo", "best_of"};
+  static const std::set<std::string> chat = {"messages", "top_logprobs"};
+  static const std::set<std::string> not_yet = {"tools",
+                                                "tool_choice",
+                                                "functions",
+                                                "function_call",
+                                                "parallel_tool_calls",
+                                                "response_format",
+                                                "logit_bias",
+                                                "suffix",
+                                                "modalities",
+                                                "audio",
+                                                "prediction",
+                                                "reasoning_effort",
+                                                "web_search_options",
+                                                "min_tokens",
+                                                "metadata",
+                                                "store",
+                                                "service_tier"};
+  const std::set<std::string>& own = endpoint == Endpoint::Completions ? completions : chat;
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null() || common.count(key) != 0 || own.count(key) != 0) continue;
+    if (not_yet.count(key) != 0) {
+      throw Error::invalid_request(key, "'" + key + "' is not supported by ember yet");
+    }
+    throw Error::invalid_request(
+        key, "unknown field '" + key + "' for " +
+                 (endpoint == Endpoint::Completions ? "/v1/completions" : "/v1/chat/completions"));
+  }
+}
+
 ApiRequest parse_object(Endpoint endpoint, const json& body) {
   ApiRequest req;
   req.endpoint = endpoint;
@@ -272,6 +328,8 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
   g.ignore_eos = get_bool(body, "ignore_eos", false);
 
   get_logprobs(endpoint, body, req);
+  // Last: a missing or malformed field the endpoint needs is the first thing to report.
+  refuse_unhandled_fields(endpoint, body);
   return req;
 }
 
