@@ -510,20 +510,6 @@ int cuda_device_count(std::string* why) {
   return n;
 }
 
-bool cuda_memory_info(int device, int64_t* free_bytes, int64_t* total_bytes, std::string* name) {
-  if (device < 0 || device >= cuda_device_count()) return false;
-  if (cudaSetDevice(device) != cudaSuccess) return false;
-  size_t f = 0, t = 0;
-  if (cudaMemGetInfo(&f, &t) != cudaSuccess) return false;
-  *free_bytes = static_cast<int64_t>(f);
-  *total_bytes = static_cast<int64_t>(t);
-  if (name != nullptr) {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) *name = prop.name;
-  }
-  return true;
-}
-
 std::shared_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
   return std::make_shared<CudaBackend>(options);
 }

@@ -17,8 +17,4 @@ std::shared_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 // driver's reason when there are none.
 int cuda_device_count(std::string* why = nullptr);
 
-// Free and total bytes of device memory on `device` (for capacity planning); false when there is
-// no such device.
-bool cuda_memory_info(int device, int64_t* free_bytes, int64_t* total_bytes, std::string* name);
-
 }  // namespace ember::cuda
