@@ -58,6 +58,9 @@ void ModelOptions::add_to(CLI::App& app, unsigned sets) {
                "Keep q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl blocks in the file's layout (zero-copy) "
                "instead of interleaving "
                "them 8 rows at a time for the decode kernels at load");
+  app.add_flag("--check-weights", check_weights,
+               "Scan every weight for NaN / Inf at load (default: norms and biases fully, matrices "
+               "on a sample of rows); a warning names the tensors");
   app.add_flag("--no-mmap", no_mmap,
                "Copy matrices stored in the compute dtype out of the file into huge-page memory "
                "instead of reading them in place from the mapping (faster decode on float weights, "
@@ -94,6 +97,7 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   o.backend.name = backend;
   o.backend.n_threads = threads;
   o.backend.device = device;
+  o.check_weights = check_weights;
   o.backend.interleave_quantized = !no_interleave;
   o.backend.copy_weights = no_mmap;
   o.load_tokenizer = need_tokenizer;

@@ -30,7 +30,8 @@ struct ModelOptions {
   bool no_mmap = false;
   std::string backend = "cpu";
   int threads = 0;
-  int device = 0;  // --device: the GPU of --backend cuda
+  int device = 0;              // --device: the GPU of --backend cuda
+  bool check_weights = false;  // --check-weights
   int64_t context = 0;
   std::string kv_dtype = "f32";
 

@@ -97,8 +97,13 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 
 class WeightBuilder {
  public:
-  WeightBuilder(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t seed, Backend& backend)
-      : ckpt_(ckpt), dtype_(dtype), seed_(seed), backend_(backend) {}
+  WeightBuilder(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t seed, Backend& backend,
+                bool check_all_rows)
+      : ckpt_(ckpt),
+        dtype_(dtype),
+        seed_(seed),
+        backend_(backend),
+        check_all_rows_(check_all_rows) {}
 
   const StoredTensor& find(const ExpectedTensor& expected) {
     auto it = ckpt_.tensors.find(expected.name);
@@ -213,7 +218,7 @@ class WeightBuilder {
   void check_rows(const StoredTensor& stored, int64_t row_begin, int64_t rows, int64_t cols) {
     const TensorView& src = stored.view;
     const int64_t row_bytes = dtype_row_bytes(src.dtype, cols);
-    const int64_t n = std::min(rows, kSampledRows);
+    const int64_t n = check_all_rows_ ? rows : std::min(rows, kSampledRows);
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = row_begin + (n == 1 ? 0 : i * (rows - 1) / (n - 1));
@@ -307,6 +312,7 @@ class WeightBuilder {
   std::optional<DType> dtype_;
   uint64_t seed_;
   Backend& backend_;
+  bool check_all_rows_;
   std::vector<std::string> non_finite_;
 };
 
@@ -378,7 +384,7 @@ void build_layer(WeightBuilder& b, const ModelConfig& c, const std::string& p,
 }  // namespace
 
 ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, uint64_t dummy_seed,
-                           std::shared_ptr<Backend> backend) {
+                           std::shared_ptr<Backend> backend, bool check_all_weights) {
   ModelWeights w;
   w.backend = std::move(backend);
   w.config = ckpt.config;
@@ -392,7 +398,7 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
   if (c.attention_bias && ckpt.qk_rows_interleaved) {
     throw Error(ckpt.path + ": attention biases with interleaved Q/K rows are not supported");
   }
-  WeightBuilder b(ckpt, dtype, dummy_seed, *w.backend);
+  WeightBuilder b(ckpt, dtype, dummy_seed, *w.backend, check_all_weights);
   const std::vector<ExpectedTensor> expected_list = expected_tensors(c);
   std::map<std::string, const ExpectedTensor*> expected;
   for (const auto& e : expected_list) expected[e.name] = &e;
@@ -453,17 +459,19 @@ LoadedModel load_model(const LoadOptions& options) {
   copts.dummy = options.dummy;
   copts.tokenizer_path = options.tokenizer_path;
   m.checkpoint = open_checkpoint(options.path, copts);
-  m.weights =
-      build_weights(m.checkpoint, options.dtype, options.dummy_seed, make_backend(options.backend));
+  m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed,
+                            make_backend(options.backend), options.check_weights);
   if (!m.weights.non_finite_tensors.empty()) {
     std::string names;
     for (const std::string& n : m.weights.non_finite_tensors)
       names.append(names.empty() ? "" : ", ").append(n);
     std::fprintf(
         stderr,
-        "warning: %s: NaN or Inf values in %s (norms and biases checked fully, matrices on "
-        "a sample of rows); the model's output will not be meaningful\n",
-        m.checkpoint.path.c_str(), names.c_str());
+        "warning: %s: NaN or Inf values in %s (%s); the model's output will not be meaningful\n",
+        m.checkpoint.path.c_str(), names.c_str(),
+        options.check_weights ? "every value checked"
+                              : "norms and biases checked fully, matrices on a sample of rows; "
+                                "--check-weights scans every value");
   }
   if (options.load_tokenizer) m.tokenizer = load_checkpoint_tokenizer(m.checkpoint);
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

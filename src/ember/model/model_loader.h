@@ -24,6 +24,9 @@ struct LoadOptions {
   bool dummy = false;          // seeded random weights from the config alone
   uint64_t dummy_seed = 1234;
   bool load_tokenizer = true;
+  // --check-weights: scan every value of every tensor for NaN / Inf (default: norms and biases in
+  // full, matrices on a sample of rows).
+  bool check_weights = false;
   // Which backend runs the model, its threads, and how it keeps the weights (--backend, -t,
   // --no-interleave, --no-mmap).
   BackendOptions backend;
@@ -41,7 +44,8 @@ LoadedModel load_model(const LoadOptions& options);
 // Builds weights from an opened checkpoint (real tensors, or random ones when it is ConfigOnly)
 // into `backend`.
 ModelWeights build_weights(const Checkpoint& checkpoint, std::optional<DType> dtype,
-                           uint64_t dummy_seed, std::shared_ptr<Backend> backend);
+                           uint64_t dummy_seed, std::shared_ptr<Backend> backend,
+                           bool check_all_weights = false);
 
 // Loads the tokenizer a checkpoint names (GGUF-embedded, llama2.c tokenizer.bin). Throws
 // ember::Error saying why when there is none ember can read.

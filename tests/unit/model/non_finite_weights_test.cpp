@@ -50,5 +50,32 @@ TEST(NonFiniteWeights, NamedAtLoad) {
             (std::vector<std::string>{"blk.1.attn_norm.weight", "blk.2.ffn_up.weight"}));
 }
 
+// A NaN in a row the sample skips: found by --check-weights (LoadOptions::check_weights) only.
+TEST(NonFiniteWeights, CheckWeightsScansEveryRow) {
+  const auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  uint64_t at = 0;
+  {
+    const GgufFile gguf(path.string());
+    const GgufTensorInfo* gate = gguf.find_tensor("blk.0.ffn_gate.weight");
+    ASSERT_NE(gate, nullptr);
+    ASSERT_EQ(gate->dtype, DType::F32);
+    ASSERT_GT(gate->shape[0], 100);  // rows 0 and n-1 are sampled, row 1 is not
+    at = gate->offset + static_cast<uint64_t>(gate->shape[1]) * sizeof(float);  // row 1
+  }
+  test::Bytes bytes = test::read_bytes(path);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bytes.data() + at, &nan, sizeof(float));
+  const auto broken = test::scratch_dir("non-finite-row") / "stories-row1.gguf";
+  test::write_bytes(broken, bytes);
+  LoadOptions o;
+  o.path = broken.string();
+  o.load_tokenizer = false;
+  EXPECT_TRUE(load_model(o).weights.non_finite_tensors.empty());
+  o.check_weights = true;
+  EXPECT_EQ(load_model(o).weights.non_finite_tensors,
+            (std::vector<std::string>{"blk.0.ffn_gate.weight"}));
+}
+
 }  // namespace
 }  // namespace ember
