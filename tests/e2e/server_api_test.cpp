@@ -1,6 +1,7 @@
 // `ember serve` end to end over HTTP with stories260K: the OpenAI request/response shapes, SSE
 // streaming seen through curl, greedy output equal to `ember run`, and validation errors.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <csignal>
 #include <fstream>
@@ -381,4 +382,41 @@ TEST(ServerKvPool, SizedFromMemAndPrintedAtStartup) {
 }
 
 }  // namespace
+// --api-key: every endpoint but /health wants the Bearer key; a wrong or missing one gets 401 in
+// OpenAI's error shape. --api-key-file reads it from a file; a bad file fails at startup.
+TEST(ServerAuth, ApiKeyGuardsEveryEndpointButHealth) {
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const auto dir = test::scratch_dir("api-key");
+  std::ofstream(dir / "key") << "s3cret-key\n";
+  test::ServerProcess server("-m " + test::shell_quote(model.string()) + " -t 2 --api-key-file " +
+                             test::shell_quote((dir / "key").string()));
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  httplib::Client client("127.0.0.1", server.port());
+  EXPECT_EQ(client.Get("/health")->status, 200);
+  for (const char* path : {"/v1/models", "/metrics", "/no/such/path"}) {
+    auto r = client.Get(path);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 401) << path;
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+    EXPECT_EQ(j["error"]["code"], "invalid_api_key");
+  }
+  const std::string body = json{{"prompt", "Once"}, {"max_tokens", 3}}.dump();
+  EXPECT_EQ(client.Post("/v1/completions", body, "application/json")->status, 401);
+  EXPECT_EQ(client
+                .Post("/v1/completions", {{"Authorization", "Bearer wrong-key-0"}}, body,
+                      "application/json")
+                ->status,
+            401);
+  const httplib::Headers auth = {{"Authorization", "Bearer s3cret-key"}};
+  EXPECT_EQ(client.Get("/v1/models", auth)->status, 200);
+  EXPECT_EQ(client.Post("/v1/completions", auth, body, "application/json")->status, 200);
+
+  test::ServerProcess bad("-m " + test::shell_quote(model.string()) + " --api-key-file " +
+                          test::shell_quote((dir / "missing").string()));
+  EXPECT_FALSE(bad.ready());
+  EXPECT_NE(bad.log().find("--api-key-file"), std::string::npos) << bad.log();
+}
+
 }  // namespace ember

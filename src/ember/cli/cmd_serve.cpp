@@ -36,7 +36,31 @@ struct ServeOptions {
   std::string chat_template;
   std::string model_name;
   double drain_timeout = 10.0;
+  std::string api_key;       // --api-key
+  std::string api_key_file;  // --api-key-file
 };
+
+// The key from --api-key or the first line of --api-key-file ("" for none).
+std::string resolve_api_key(const ServeOptions& o) {
+  if (!o.api_key.empty() && !o.api_key_file.empty()) {
+    throw Error::invalid_request("--api-key-file", "give --api-key or --api-key-file, not both");
+  }
+  if (o.api_key_file.empty()) return o.api_key;
+  std::ifstream in(o.api_key_file);
+  if (!in) {
+    throw Error::invalid_request("--api-key-file",
+                                 "--api-key-file " + o.api_key_file + ": cannot read the file");
+  }
+  std::string key;
+  std::getline(in, key);
+  while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t'))
+    key.pop_back();
+  if (key.empty()) {
+    throw Error::invalid_request("--api-key-file",
+                                 "--api-key-file " + o.api_key_file + ": the first line is empty");
+  }
+  return key;
+}
 
 // The id /v1/models reports: the model file's stem or the directory's name.
 std::string model_id_for(const std::string& path) {
@@ -136,6 +160,7 @@ int serve_command(const ServeOptions& o) {
   if (o.max_seqs < 1) throw Error("--max-seqs must be at least 1");
   if (o.block_size < 1) throw Error("--block-size must be at least 1");
   if (o.max_waiting < 0) throw Error("--max-waiting must not be negative");
+  const std::string api_key = resolve_api_key(o);  // a bad key file fails before the model loads
   // Resolve the chat template name before the (possibly slow) model load so typos fail fast.
   std::optional<ChatTemplate> forced;
   if (!o.chat_template.empty()) forced = ChatTemplate::from_name(o.chat_template);
@@ -175,6 +200,14 @@ int serve_command(const ServeOptions& o) {
   http_options.http_threads =
       static_cast<int>(std::min<int64_t>(1024, o.max_seqs + o.max_waiting + 8));
   http_options.drain_timeout_seconds = o.drain_timeout;
+  http_options.api_key = api_key;
+  if (http_options.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" &&
+      o.host != "::1") {
+    std::fprintf(stderr,
+                 "[ember] warning: listening on %s without --api-key: anyone who can reach this "
+                 "address can use the server\n",
+                 o.host.c_str());
+  }
   server::HttpServer http(engine, *model.tokenizer, chat, http_options);
   int port = http.bind();
   engine.start();
@@ -244,6 +277,12 @@ Command add_serve_command(CLI::App& app) {
       "chatml, llama3, llama2, gemma, phi3 or plain (default: recognised from the model)");
   cmd->add_option("--model-name", o->model_name,
                   "Model id reported by /v1/models (default: file name)");
+  cmd->add_option("--api-key", o->api_key,
+                  "Require 'Authorization: Bearer KEY' on every endpoint but /health (401 "
+                  "otherwise)");
+  cmd->add_option("--api-key-file", o->api_key_file,
+                  "Read the API key from the first line of this file (keeps it out of the process "
+                  "list)");
   cmd->add_option("--drain-timeout", o->drain_timeout,
                   "Seconds in-flight requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str();

@@ -139,7 +139,43 @@ void HttpServer::count_response(int status) {
   ++responses_by_status_[status];
 }
 
+namespace {
+
+// Compares in time that depends on the lengths only, not on where the first difference is.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+bool HttpServer::authorized(const httplib::Request& req) const {
+  if (options_.api_key.empty() || req.path == "/health") return true;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  const std::string given = header.rfind(prefix, 0) == 0 ? header.substr(prefix.size()) : "";
+  return constant_time_equal(given, options_.api_key);
+}
+
 void HttpServer::route() {
+  // --api-key: checked before routing, so no endpoint (or unknown path) answers without it.
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content(dump_json(json{{"error",
+                                    {{"message",
+                                      "invalid or missing API key (send the header "
+                                      "'Authorization: Bearer KEY')"},
+                                     {"type", "invalid_request_error"},
+                                     {"param", nullptr},
+                                     {"code", "invalid_api_key"}}}}),
+                    "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::Completions, req, res);
   });

@@ -35,6 +35,8 @@ struct ServerOptions {
   size_t max_body_bytes = 32u << 20;    // larger bodies get 413 before any parsing
   int http_threads = 0;                 // 0: enough for every running + waiting request
   double drain_timeout_seconds = 10.0;  // on shutdown, how long in-flight requests may finish
+  // Non-empty: every endpoint but /health wants `Authorization: Bearer <api_key>` (401 otherwise).
+  std::string api_key;
 };
 
 class HttpServer {
@@ -64,6 +66,8 @@ class HttpServer {
   friend struct ActiveRequest;
 
   void route();
+  // Whether the request carries the API key (always true without one, and for /health).
+  bool authorized(const httplib::Request& req) const;
   // A generation request end to end; every refusal or failure on the way is an ember::Error
   // that becomes one OpenAI-style error response.
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
