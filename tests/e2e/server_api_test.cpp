@@ -419,4 +419,25 @@ TEST(ServerAuth, ApiKeyGuardsEveryEndpointButHealth) {
   EXPECT_NE(bad.log().find("--api-key-file"), std::string::npos) << bad.log();
 }
 
+// On loopback, requests addressed to another host name (DNS rebinding) or sent from another
+// site's page (Origin) are refused with 403; the loopback names and origins are served.
+TEST_F(ServerApi, LoopbackRefusesForeignHostAndOrigin) {
+  httplib::Client client("127.0.0.1", port_);
+  auto foreign_host = client.Get("/v1/models", {{"Host", "evil.example:8080"}});
+  ASSERT_TRUE(foreign_host);
+  EXPECT_EQ(foreign_host->status, 403) << foreign_host->body;
+  EXPECT_EQ(json::parse(foreign_host->body)["error"]["code"], "forbidden_origin");
+  const std::string body = json{{"prompt", "Once"}, {"max_tokens", 2}}.dump();
+  auto cross_site = client.Post("/v1/completions", {{"Origin", "https://evil.example"}}, body,
+                                "application/json");
+  ASSERT_TRUE(cross_site);
+  EXPECT_EQ(cross_site->status, 403) << cross_site->body;
+  EXPECT_EQ(client.Get("/v1/models", {{"Host", "localhost:1234"}})->status, 200);
+  EXPECT_EQ(
+      client
+          .Post("/v1/completions", {{"Origin", "http://localhost:3000"}}, body, "application/json")
+          ->status,
+      200);
+}
+
 }  // namespace ember

@@ -150,7 +150,45 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+bool is_loopback_host(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host == "[::1]";
+}
+
+// The host part of a Host header ("127.0.0.1:8080", "[::1]:8080", "localhost").
+std::string host_of(const std::string& value) {
+  if (!value.empty() && value.front() == '[') {
+    const size_t end = value.find(']');
+    return end == std::string::npos ? value : value.substr(0, end + 1);
+  }
+  return value.substr(0, value.find(':'));
+}
+
+// The host of an Origin header ("http://localhost:3000" -> "localhost"); "" when malformed.
+std::string origin_host(const std::string& origin) {
+  const size_t scheme = origin.find("://");
+  if (scheme == std::string::npos) return "";
+  std::string rest = origin.substr(scheme + 3);
+  rest = rest.substr(0, rest.find('/'));
+  return host_of(rest);
+}
+
 }  // namespace
+
+// A server bound to loopback serves only requests addressed to loopback (a DNS-rebinding page
+// reaches it under another name) and from no other site's page (a cross-site POST carries that
+// site's Origin). Non-loopback binds are for remote clients: no check (use --api-key).
+std::string HttpServer::refused_origin(const httplib::Request& req) const {
+  if (!is_loopback_host(options_.host)) return "";
+  const std::string host = req.get_header_value("Host");
+  if (!host.empty() && !is_loopback_host(host_of(host))) {
+    return "Host '" + host + "' is not this loopback server's address";
+  }
+  const std::string origin = req.get_header_value("Origin");
+  if (!origin.empty() && origin != "null" && !is_loopback_host(origin_host(origin))) {
+    return "requests from pages of '" + origin + "' are not accepted";
+  }
+  return "";
+}
 
 bool HttpServer::authorized(const httplib::Request& req) const {
   if (options_.api_key.empty() || req.path == "/health") return true;
@@ -163,6 +201,16 @@ bool HttpServer::authorized(const httplib::Request& req) const {
 void HttpServer::route() {
   // --api-key: checked before routing, so no endpoint (or unknown path) answers without it.
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (const std::string why = refused_origin(req); !why.empty()) {
+      res.status = 403;
+      res.set_content(dump_json(json{{"error",
+                                      {{"message", why},
+                                       {"type", "invalid_request_error"},
+                                       {"param", nullptr},
+                                       {"code", "forbidden_origin"}}}}),
+                      "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
     res.status = 401;
     res.set_header("WWW-Authenticate", "Bearer");

@@ -68,6 +68,9 @@ class HttpServer {
   void route();
   // Whether the request carries the API key (always true without one, and for /health).
   bool authorized(const httplib::Request& req) const;
+  // Why a request to a loopback-bound server is refused (its Host or Origin is not loopback), or
+  // "" to serve it.
+  std::string refused_origin(const httplib::Request& req) const;
   // A generation request end to end; every refusal or failure on the way is an ember::Error
   // that becomes one OpenAI-style error response.
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
