@@ -11,10 +11,12 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ember/backend/cpu/kernels.h"
 #include "ember/backend/cpu/weight_layout.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/core/dtype.h"
 #include "ember/core/half.h"
 #include "ember/core/quantize.h"
@@ -157,26 +159,42 @@ BENCHMARK(BM_MatmulBlockTypes)->Apply(MatmulBlockTypesArgs)->Unit(benchmark::kMi
 
 // One decode token of SmolLM2 attention over a ctx-token context in shuffled 16-token blocks, from
 // an f32 or an f16 KV cache.
-void BM_Attention(benchmark::State& state) {
-  const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
-  const bool f16 = state.range(1) != 0;
-  const int64_t n_blocks = (ctx + bs - 1) / bs;
-  const int64_t n = n_blocks * bs * n_kv * hd;
-  const auto k = random_floats(n, 3);
-  const auto v = random_floats(n, 4);
-  std::vector<uint16_t> k16(static_cast<size_t>(n)), v16(static_cast<size_t>(n));
-  cpu::store_kv(k.data(), n, DType::F16, k16.data());
-  cpu::store_kv(v.data(), n, DType::F16, v16.data());
-  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), std::mt19937(5));
+// The KV dtypes the attention benchmarks take as their "kv" argument.
+constexpr DType kKvDtypes[] = {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::BF16};
+
+// n_rows rows of hd values (random, from `seed`) stored as `dtype` rows (kv_row_format.h).
+std::vector<uint8_t> kv_rows(int64_t n_rows, int64_t hd, DType dtype, uint32_t seed) {
+  const auto values = random_floats(n_rows * hd, seed);
+  const int64_t row_bytes = kv_row_bytes(dtype, hd);
+  std::vector<uint8_t> rows(static_cast<size_t>(n_rows * row_bytes));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    cpu::store_kv(values.data() + r * hd, hd, dtype, rows.data() + r * row_bytes);
+  }
+  return rows;
+}
+
+cpu::PagedKv paged_kv(DType dtype, int64_t bs, int64_t n_kv, int64_t hd) {
   cpu::PagedKv kv;
-  kv.k_pool = f16 ? static_cast<const void*>(k16.data()) : k.data();
-  kv.v_pool = f16 ? static_cast<const void*>(v16.data()) : v.data();
-  kv.dtype = f16 ? DType::F16 : DType::F32;
+  kv.k_dtype = kv.v_dtype = dtype;
+  kv.k_row_bytes = kv.v_row_bytes = kv_row_bytes(dtype, hd);
   kv.block_size = bs;
   kv.n_kv_heads = n_kv;
   kv.head_dim = hd;
+  return kv;
+}
+
+void BM_Attention(benchmark::State& state) {
+  const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
+  const DType dtype = kKvDtypes[state.range(1)];
+  const int64_t n_blocks = (ctx + bs - 1) / bs;
+  const auto k = kv_rows(n_blocks * bs * n_kv, hd, dtype, 3);
+  const auto v = kv_rows(n_blocks * bs * n_kv, hd, dtype, 4);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(5));
+  cpu::PagedKv kv = paged_kv(dtype, bs, n_kv, hd);
+  kv.k_pool = k.data();
+  kv.v_pool = v.data();
   const auto q = random_floats(n_heads * hd, 6);
   std::vector<float> out(static_cast<size_t>(n_heads * hd));
   for (auto _ : state) {
@@ -184,16 +202,13 @@ void BM_Attention(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["bytes/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * 2.0 * ctx * n_kv * hd * (f16 ? 2 : 4),
+      static_cast<double>(state.iterations()) * 2.0 * ctx * n_kv * kv.k_row_bytes,
       benchmark::Counter::kIsRate);
-  state.SetLabel(cpu::isa_name(cpu::active_isa()));
+  state.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " " + dtype_name(dtype));
 }
 BENCHMARK(BM_Attention)
-    ->ArgNames({"ctx", "f16"})
-    ->Args({512, 0})
-    ->Args({512, 1})
-    ->Args({65536, 0})  // 100 MB of f32 K/V: from DRAM, like a batched decode step
-    ->Args({65536, 1})
+    ->ArgNames({"ctx", "kv"})
+    ->ArgsProduct({{512, 8192, 65536}, {0, 1, 2, 3, 4}})  // 65536: 100 MB of f32 K/V, from DRAM
     ->Unit(benchmark::kMicrosecond);
 
 // A batched decode step's attention: 32 sequences of `ctx` tokens, one decode token each, over all
@@ -202,23 +217,18 @@ BENCHMARK(BM_Attention)
 void BM_AttentionBatch(benchmark::State& state) {
   const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
   const int64_t n_seqs = 32, n_layers = state.range(3);
-  const bool f16 = state.range(1) != 0, hint = state.range(2) != 0;
+  const DType dtype = kKvDtypes[state.range(1)];
+  const bool hint = state.range(2) != 0;
   const int64_t seq_blocks = (ctx + bs - 1) / bs, n_blocks = n_seqs * seq_blocks;
-  const int64_t layer_elems = n_blocks * bs * n_kv * hd, elem = f16 ? 2 : 4;
-  std::vector<uint8_t> k(static_cast<size_t>(n_layers * layer_elems * elem));
-  std::vector<uint8_t> v(k.size());
+  const int64_t layer_rows = n_blocks * bs * n_kv;
+  cpu::PagedKv kv = paged_kv(dtype, bs, n_kv, hd);
+  const int64_t layer_bytes = layer_rows * kv.k_row_bytes;
+  std::vector<uint8_t> k(static_cast<size_t>(n_layers * layer_bytes)), v(k.size());
   {
-    const auto values = random_floats(layer_elems, 3);
+    const auto rows = kv_rows(layer_rows, hd, dtype, 3);
     for (int64_t l = 0; l < n_layers; ++l) {
-      uint8_t* kl = k.data() + l * layer_elems * elem;
-      uint8_t* vl = v.data() + l * layer_elems * elem;
-      if (f16) {
-        cpu::store_kv(values.data(), layer_elems, DType::F16, kl);
-        cpu::store_kv(values.data(), layer_elems, DType::F16, vl);
-      } else {
-        std::memcpy(kl, values.data(), static_cast<size_t>(layer_elems * elem));
-        std::memcpy(vl, values.data(), static_cast<size_t>(layer_elems * elem));
-      }
+      std::memcpy(k.data() + l * layer_bytes, rows.data(), rows.size());
+      std::memcpy(v.data() + l * layer_bytes, rows.data(), rows.size());
     }
   }
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
@@ -226,15 +236,10 @@ void BM_AttentionBatch(benchmark::State& state) {
   std::shuffle(table.begin(), table.end(), std::mt19937(5));
   const auto q = random_floats(n_seqs * n_heads * hd, 6);
   std::vector<float> out(static_cast<size_t>(n_seqs * n_heads * hd));
-  cpu::PagedKv kv;
-  kv.dtype = f16 ? DType::F16 : DType::F32;
-  kv.block_size = bs;
-  kv.n_kv_heads = n_kv;
-  kv.head_dim = hd;
   for (auto _ : state) {
     for (int64_t l = 0; l < n_layers; ++l) {
-      kv.k_pool = k.data() + l * layer_elems * elem;
-      kv.v_pool = v.data() + l * layer_elems * elem;
+      kv.k_pool = k.data() + l * layer_bytes;
+      kv.v_pool = v.data() + l * layer_bytes;
       for (int64_t s = 0; s < n_seqs; ++s) {
         if (hint && s + 1 < n_seqs) {
           cpu::prefetch_kv_context(kv, table.data() + (s + 1) * seq_blocks, ctx, 0);
@@ -246,19 +251,22 @@ void BM_AttentionBatch(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["bytes/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * 2.0 * n_layers * n_seqs * ctx * n_kv * hd * elem,
-      benchmark::Counter::kIsRate);
-  state.SetLabel(cpu::isa_name(cpu::active_isa()));
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * n_layers * n_seqs * ctx *
+                             n_kv * kv.k_row_bytes,
+                         benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " " + dtype_name(dtype));
 }
 BENCHMARK(BM_AttentionBatch)
-    ->ArgNames({"ctx", "f16", "hint", "layers"})
+    ->ArgNames({"ctx", "kv", "hint", "layers"})
     ->Args({192, 0, 0, 30})
     ->Args({192, 0, 0, 1})
     ->Args({192, 1, 0, 1})
     ->Args({192, 0, 1, 30})
     ->Args({192, 1, 0, 30})
     ->Args({192, 1, 1, 30})
+    ->Args({192, 2, 1, 30})
+    ->Args({192, 3, 1, 30})
     ->Unit(benchmark::kMillisecond);
 
 // The elementwise kernels of one layer at T = 64 tokens.

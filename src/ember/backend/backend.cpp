@@ -17,6 +17,12 @@ void Backend::reserve(Activations& buffer, int64_t floats) {
   buffer.size_ = floats;
 }
 
+std::string KvShape::dtype_label() const {
+  std::string label = dtype_name(k_dtype);
+  if (v_dtype != k_dtype) label += std::string("/") + dtype_name(v_dtype);
+  return label;
+}
+
 void Backend::from_host(float* data, const float* host, int64_t n) {
   std::memcpy(data, host, static_cast<size_t>(n) * sizeof(float));
 }

@@ -25,6 +25,7 @@
 
 #include "ember/backend/attention_scores.h"
 #include "ember/backend/batch.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/backend/weight.h"
 #include "ember/core/dtype.h"
 
@@ -54,19 +55,31 @@ struct BackendInfo {
   int64_t device_memory_free_bytes = 0;
 };
 
-// The KV cache's shape; how its bytes are laid out is the backend's business.
+// The KV cache's shape; how its bytes are laid out is the backend's business. K and V may be
+// stored in different dtypes (kv_row_format.h: f32, f16, bf16, q8_0, q4_0).
 struct KvShape {
   int64_t n_layers = 0;
   int64_t n_blocks = 0;
   int64_t block_size = 16;  // tokens per block
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
-  DType dtype = DType::F32;  // F32, or F16 (half the memory and attention traffic)
+  DType k_dtype = DType::F32;
+  DType v_dtype = DType::F32;
+  // K rows are stored rotated (kv_rotate(): H k) and attention rotates each query the same way;
+  // for quantized K, where it lowers the error (--kv-rotate).
+  bool rotate_k = false;
 
-  int64_t element_bytes() const { return dtype == DType::F16 ? 2 : 4; }
+  void set_dtype(DType both) { k_dtype = v_dtype = both; }
+  // Bytes of one token's K (V) row of one kv head, scales included.
+  int64_t k_row_bytes() const { return kv_row_bytes(k_dtype, head_dim); }
+  int64_t v_row_bytes() const { return kv_row_bytes(v_dtype, head_dim); }
   // K + V of one token across all layers, and of one block.
-  int64_t bytes_per_token() const { return n_layers * 2 * n_kv_heads * head_dim * element_bytes(); }
+  int64_t bytes_per_token() const {
+    return n_layers * n_kv_heads * (k_row_bytes() + v_row_bytes());
+  }
   int64_t bytes_per_block() const { return bytes_per_token() * block_size; }
+  // "q8_0", or "q8_0/f16" when K and V differ.
+  std::string dtype_label() const;
 };
 
 // A KV cache allocated by a backend: block ids from the block manager index it, one block id names

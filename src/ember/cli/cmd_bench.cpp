@@ -140,6 +140,7 @@ struct BenchRun {
   int threads = 0;
   int64_t matrix_bytes = 0, copied_bytes = 0;
   BackendInfo backend;
+  int64_t kv_bytes_per_token = 0;  // K + V of one token across all layers, in the cache's dtype
   bool interleaved =
       false;  // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl are interleaved at load unless --no-interleave
 };
@@ -206,10 +207,18 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
   }
   if (o.prefix_tokens > 0) run.prefix = time_prefix_hit(model.weights, eo, o.prefix_tokens, rng);
   run.copied_bytes = model.weights.copied_matrix_bytes();
+  run.kv_bytes_per_token = engine.runner().kv_shape().bytes_per_token();
   run.backend = model.weights.backend->info();
   run.interleaved = !model.weights.layers.empty() &&
                     model.weights.layers[0].wq.layout == WeightLayout::Interleaved8;
   return run;
+}
+
+// KV bytes one generated token's attention reads: its sequence's context (the --decode-context
+// prompt plus, on average, half the generated tokens) times the bytes per token.
+double kv_bytes_read_per_token(const BenchOptions& o, const BenchRun& run) {
+  const double context = static_cast<double>(o.decode_context) + 0.5 * o.gen_tokens;
+  return context * static_cast<double>(run.kv_bytes_per_token);
 }
 
 double decode_weight_gbps(const BenchOptions& o, const BenchRun& run) {
@@ -224,7 +233,7 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
   j["dtype"] = dtype_name(model.weights.matrix_dtype());
   j["matrix_dtypes"] = model.weights.matrix_dtypes();
   j["layout"] = run.interleaved ? "interleaved8" : "rows";
-  j["kv_dtype"] = dtype_name(eo.engine.kv_dtype);
+  j["kv_dtype"] = eo.engine.kv_dtype_label();
   j["backend"] = run.backend.name;
   j["isa"] = run.backend.kernels;
   j["threads"] = run.threads;
@@ -242,7 +251,12 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         {"tokens", tokens}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"runs", v}};
   };
   if (!run.pp.empty()) j["pp"] = series(o.prompt_tokens, run.pp);
-  if (!run.tg.empty()) j["tg"] = series(o.gen_tokens, run.tg);
+  if (!run.tg.empty()) {
+    j["tg"] = series(o.gen_tokens, run.tg);
+    j["decode_context"] = o.decode_context;
+    j["kv_bytes_per_token"] = run.kv_bytes_per_token;
+    j["kv_bytes_read_per_generated_token"] = kv_bytes_read_per_token(o, run);
+  }
   if (run.probe || run.device_probe) {
     j["bandwidth"] = {
         {"probe_pages", run.device_probe          ? "device"
@@ -292,7 +306,7 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
       "%.3f s\n",
       model.checkpoint.path.c_str(), model.weights.matrix_dtypes().c_str(),
       run.interleaved ? " interleaved" : "", static_cast<double>(run.matrix_bytes) / 1e6,
-      dtype_name(eo.engine.kv_dtype), run.backend.name.c_str(), run.backend.kernels.c_str(),
+      eo.engine.kv_dtype_label().c_str(), run.backend.name.c_str(), run.backend.kernels.c_str(),
       run.threads, model.load_seconds);
   // Where decode reads the weights from: the file mapping (4 KiB pages) or ember's own copy.
   std::printf(
@@ -312,6 +326,13 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
     const Summary tgs = summarize(run.tg);
     std::printf("| tg%-6lld | %5lld | %12.1f | %9.1f .. %-9.1f |\n", (long long)o.gen_tokens,
                 (long long)o.batch, tgs.median, tgs.min, tgs.max);
+  }
+  if (!run.tg.empty()) {
+    std::printf(
+        "KV cache: %.1f KB per token (K + V, all layers); decode from %lld tokens of context reads "
+        "%.2f MB of KV per generated token (beside %.1f MB of weights per step)\n",
+        static_cast<double>(run.kv_bytes_per_token) / 1e3, (long long)o.decode_context,
+        kv_bytes_read_per_token(o, run) / 1e6, static_cast<double>(run.matrix_bytes) / 1e6);
   }
   if (run.probe || run.device_probe) print_probe_line(run, decode_weight_gbps(o, run));
   if (o.prefix_tokens > 0) {

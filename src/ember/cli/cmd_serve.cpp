@@ -97,7 +97,8 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
   shape.n_kv_heads = c.n_kv_heads;
   shape.head_dim = c.head_dim;
   shape.block_size = o.block_size;
-  shape.dtype = eo.kv_dtype;
+  shape.k_dtype = eo.kv_dtype;
+  shape.v_dtype = eo.kv_dtype_of_v();
   const int64_t per_block = shape.bytes_per_block();
   const int64_t weights = model.weights.matrix_bytes();
   if (!o.mem.empty()) {
@@ -130,6 +131,7 @@ void print_serve_plan(const LoadedModel& model, const AsyncEngine& engine,
                       const AsyncEngineOptions& so, const ServeOptions& o) {
   CapacityPlanInput in = capacity_input(model.weights.config, engine.engine().max_context(),
                                         o.max_seqs, so.engine.engine.kv_dtype);
+  in.kv_dtype_v = so.engine.engine.kv_dtype_of_v();
   in.weight_bytes = in.decode_weight_bytes = model.weights.matrix_bytes();
   const CapacityPlan p = plan_capacity(in);
   std::fprintf(stderr,
@@ -150,7 +152,7 @@ void print_startup(const LoadedModel& model, const AsyncEngine& engine,
                engine.engine().runner().n_threads(),
                static_cast<long long>(engine.engine().max_context()),
                static_cast<long long>(engine.engine().kv().n_blocks()),
-               dtype_name(so.engine.engine.kv_dtype),
+               so.engine.engine.kv_dtype_label().c_str(),
                static_cast<long long>(engine.engine().kv().block_size()),
                so.engine.engine.prefix_caching ? "on" : "off", chat.name());
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <random>
 
+#include "ember/backend/kv_row_format.h"
 #include "ember/core/error.h"
 
 namespace ember::cli {
@@ -27,9 +28,16 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
   app.add_option("-t,--threads", o.threads, "Threads (default: physical cores)");
   app.add_option("-c,--ctx", o.context, "Context length (default: min(model max, 4096))");
   app.add_option("--kv-dtype", o.kv_dtype,
-                 "KV cache dtype: f32 (exact) or f16 (half the memory and attention traffic, as "
-                 "llama.cpp's default cache)")
+                 "KV cache dtype for K and V: f32 (exact), f16 or bf16 (half the memory and "
+                 "attention traffic; f16 is llama.cpp's default cache), q8_0 (34 bytes per 32 "
+                 "values) or q4_0 (18 per 32), quantized as tokens enter the cache")
       ->capture_default_str();
+  app.add_option("--kv-dtype-k", o.kv_dtype_k, "K cache dtype, overriding --kv-dtype for K");
+  app.add_option("--kv-dtype-v", o.kv_dtype_v, "V cache dtype, overriding --kv-dtype for V");
+  app.add_flag("--kv-rotate", o.kv_rotate,
+               "Store K multiplied by a Hadamard matrix per quantization group (queries rotated "
+               "alike, scores unchanged): spreads K's outlier channels before quantization, for "
+               "q4_0/q8_0 K caches");
 }
 
 }  // namespace
@@ -68,11 +76,27 @@ void ModelOptions::add_to(CLI::App& app, unsigned sets) {
   if (sets & kRunsModel) add_run_options(app, *this);
 }
 
+namespace {
+
+DType parse_kv_dtype(const std::string& flag, const std::string& text) {
+  const std::optional<DType> d = dtype_from_name(text);
+  if (!d || !kv_dtype_supported(*d)) {
+    throw Error::invalid_request(
+        flag, "unknown " + flag + " '" + text + "' (expected f32, f16, bf16, q8_0 or q4_0)");
+  }
+  return *d;
+}
+
+}  // namespace
+
 DType ModelOptions::parsed_kv_dtype() const {
-  if (kv_dtype == "f32") return DType::F32;
-  if (kv_dtype == "f16") return DType::F16;
-  throw Error::invalid_request("--kv-dtype",
-                               "unknown --kv-dtype '" + kv_dtype + "' (expected f32 or f16)");
+  return kv_dtype_k.empty() ? parse_kv_dtype("--kv-dtype", kv_dtype)
+                            : parse_kv_dtype("--kv-dtype-k", kv_dtype_k);
+}
+
+DType ModelOptions::parsed_kv_dtype_v() const {
+  return kv_dtype_v.empty() ? parse_kv_dtype("--kv-dtype", kv_dtype)
+                            : parse_kv_dtype("--kv-dtype-v", kv_dtype_v);
 }
 
 std::optional<DType> ModelOptions::parsed_dtype() const {
@@ -107,6 +131,8 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
 LLMEngineOptions ModelOptions::engine_options() const {
   LLMEngineOptions o;
   o.engine.kv_dtype = parsed_kv_dtype();
+  if (const DType v = parsed_kv_dtype_v(); v != o.engine.kv_dtype) o.engine.kv_dtype_v = v;
+  o.engine.kv_rotate = kv_rotate;
   o.engine.max_context = context;
   return o;
 }

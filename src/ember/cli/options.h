@@ -34,13 +34,17 @@ struct ModelOptions {
   bool check_weights = false;  // --check-weights
   int64_t context = 0;
   std::string kv_dtype = "f32";
+  std::string kv_dtype_k;  // empty: as --kv-dtype
+  std::string kv_dtype_v;
+  bool kv_rotate = false;
 
   void add_to(CLI::App& app, unsigned sets = 0);
   LoadOptions load_options(bool need_tokenizer) const;
   // The context and KV cache options as engine options (scheduler defaults).
   LLMEngineOptions engine_options() const;
   std::optional<DType> parsed_dtype() const;
-  DType parsed_kv_dtype() const;
+  DType parsed_kv_dtype() const;  // K's dtype
+  DType parsed_kv_dtype_v() const;
 };
 
 struct SamplingOptions {

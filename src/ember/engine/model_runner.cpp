@@ -26,13 +26,22 @@ KvShape make_kv_shape(const ModelWeights& w, const EngineOptions& o, int64_t con
   s.block_size = o.block_size;
   s.n_kv_heads = w.config.n_kv_heads;
   s.head_dim = w.config.head_dim;
-  s.dtype = o.kv_dtype;
+  s.k_dtype = o.kv_dtype;
+  s.v_dtype = o.kv_dtype_of_v();
+  s.rotate_k = o.kv_rotate;
   int64_t per_seq = (context + o.block_size - 1) / o.block_size;
   s.n_blocks = o.kv_blocks > 0 ? o.kv_blocks : per_seq * std::max<int64_t>(1, o.max_sequences);
   return s;
 }
 
 }  // namespace
+
+std::string EngineOptions::kv_dtype_label() const {
+  std::string label = dtype_name(kv_dtype);
+  if (kv_dtype_of_v() != kv_dtype) label += std::string("/") + dtype_name(kv_dtype_of_v());
+  if (kv_rotate) label += " rotated";
+  return label;
+}
 
 ModelRunner::ModelRunner(const ModelWeights& weights, const EngineOptions& options)
     : weights_(weights),

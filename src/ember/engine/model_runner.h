@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 
 #include "ember/backend/backend.h"
 #include "ember/model/model.h"
@@ -21,7 +23,14 @@ struct EngineOptions {
   int64_t block_size = 16;    // tokens per KV block
   int64_t kv_blocks = 0;      // 0: enough for max_sequences x max_context
   bool prefix_caching = false;
-  DType kv_dtype = DType::F32;  // KV cache storage: F32, or F16 (half the memory and traffic)
+  // KV cache storage (backend/kv_row_format.h): f32, f16, bf16, q8_0 or q4_0 for K and V, or V
+  // apart from K when kv_dtype_v is set.
+  DType kv_dtype = DType::F32;
+  std::optional<DType> kv_dtype_v;
+  bool kv_rotate = false;  // store K rotated by a Hadamard matrix (KvShape::rotate_k)
+  DType kv_dtype_of_v() const { return kv_dtype_v.value_or(kv_dtype); }
+  // "q8_0", or "q8_0/f16" when K and V differ.
+  std::string kv_dtype_label() const;
   // Models whose every layer has a sliding window: blocks the window has passed go back to the
   // pool (false keeps every block, for tests that compare the two).
   bool release_window_blocks = true;

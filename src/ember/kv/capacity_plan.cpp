@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "ember/backend/kv_row_format.h"
 #include "ember/core/error.h"
 
 namespace ember {
@@ -42,11 +43,15 @@ CapacityPlanInput capacity_input(const ModelConfig& c, int64_t ctx, int64_t batc
 
 CapacityPlan plan_capacity(const CapacityPlanInput& in) {
   CapacityPlan p;
-  const double element = kv_bytes_per_element(in.kv_dtype);
-  p.kv_bytes_per_token =
-      static_cast<double>(in.n_layers * 2 * in.n_kv_heads * in.head_dim) * element;
-  p.kv_bytes_per_token_mha =
-      static_cast<double>(in.n_layers * 2 * in.n_heads * in.head_dim) * element;
+  const DType v_dtype = in.kv_dtype_v.value_or(in.kv_dtype);
+  kv_bytes_per_element(in.kv_dtype);  // names a dtype the cache cannot hold
+  kv_bytes_per_element(v_dtype);
+  // K and V rows of one head: head_dim values each, scales included.
+  const double head_bytes =
+      static_cast<double>(in.head_dim) *
+      (kv_bytes_per_value(in.kv_dtype, in.head_dim) + kv_bytes_per_value(v_dtype, in.head_dim));
+  p.kv_bytes_per_token = static_cast<double>(in.n_layers * in.n_kv_heads) * head_bytes;
+  p.kv_bytes_per_token_mha = static_cast<double>(in.n_layers * in.n_heads) * head_bytes;
   p.resident_tokens = in.sliding_window > 0 ? std::min(in.ctx, in.sliding_window) : in.ctx;
   p.kv_bytes_per_sequence = p.kv_bytes_per_token * static_cast<double>(p.resident_tokens);
   p.kv_bytes_total = p.kv_bytes_per_sequence * static_cast<double>(in.batch);

@@ -25,7 +25,8 @@ struct CapacityPlanInput {
   int64_t decode_weight_bytes = 0;      // of those, what one decode step reads (all but embeddings)
   int64_t ctx = 0;                      // tokens per sequence
   int64_t batch = 1;                    // sequences decoding together
-  DType kv_dtype = DType::F16;          // f32, f16, bf16, q8_0, q4_0
+  DType kv_dtype = DType::F16;          // f32, f16, bf16, q8_0, q4_0 (K, and V unless kv_dtype_v)
+  std::optional<DType> kv_dtype_v;      // V's dtype when it differs from K's
   int64_t sliding_window = 0;           // > 0: every layer holds at most this many positions
   std::optional<int64_t> memory_bytes;  // --mem: weights + cache must fit
   std::optional<double> bandwidth_bytes_per_s;  // measured read bandwidth
@@ -43,8 +44,9 @@ struct CapacityPlan {
   std::optional<double> decode_tokens_per_s_batch;   // batch x bandwidth / (weights + batch x KV)
 };
 
-// Bytes a KV element takes in `dtype` (q8_0: 34 bytes per 32, q4_0: 18 per 32). Throws ember::Error
-// for a dtype the cache cannot hold.
+// Bytes a KV element takes in `dtype` (q8_0: 34 bytes per 32, q4_0: 18 per 32; a head_dim that is
+// not a multiple of 32 stores groups of 16 or 8, backend/kv_row_format.h). Throws ember::Error for
+// a dtype the cache cannot hold.
 double kv_bytes_per_element(DType dtype);
 
 // The model's part of the input: layers, heads, head_dim and, when every layer slides, its window.

@@ -270,8 +270,16 @@ TEST_P(BackendOps, RopeKvAndAttentionMatchReference) {
                                  {64, DType::F32, {0.125f}, 40},
                                  {128, DType::F16, {0.088f}, 90},
                                  {128, DType::F32, {0.088f, 0.0f, 23}, 70},
-                                 {64, DType::F16, {0.125f, 4.0f, 0}, 33}};
+                                 {64, DType::F16, {0.125f, 4.0f, 0}, 33},
+                                 {64, DType::Q8_0, {0.125f}, 6},
+                                 {80, DType::Q4_0, {0.11f}, 40},
+                                 {128, DType::BF16, {0.088f, 0.0f, 16}, 6},
+                                 {64, DType::Q4_0, {0.125f, 4.0f, 0}, 33},
+                                 {128, DType::Q8_0, {0.088f}, 1}};
   for (const AttentionCase& c : cases) {
+    const bool quantized = c.kv_dtype == DType::Q8_0 || c.kv_dtype == DType::Q4_0;
+    // The cuda backend stores f32 and f16 caches only (it refuses the others by name).
+    if (GetParam() == "cuda" && c.kv_dtype != DType::F32 && c.kv_dtype != DType::F16) continue;
     SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + " kv " + dtype_name(c.kv_dtype) +
                  " window " + std::to_string(c.scores.window) + " chunk " +
                  std::to_string(c.chunk));
@@ -282,7 +290,7 @@ TEST_P(BackendOps, RopeKvAndAttentionMatchReference) {
     shape.block_size = 4;
     shape.n_kv_heads = n_kv;
     shape.head_dim = hd;
-    shape.dtype = c.kv_dtype;
+    shape.set_dtype(c.kv_dtype);
     std::vector<int32_t> ids(64);
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), std::mt19937(5));
@@ -329,7 +337,11 @@ TEST_P(BackendOps, RopeKvAndAttentionMatchReference) {
     Device dev(GetParam());
     Device ref("reference");
     const bool tensor_cores = GetParam() == "cuda" && c.chunk >= 16;
-    EXPECT_LE(relative_error(run(dev), run(ref)), tensor_cores ? 4e-3 : 2e-6);
+    // A quantized cache: RoPE's last-bit differences between backends can move a K value across
+    // a rounding boundary, one quantization step (max|x| / 127 or / 8 of its group) apart (seen:
+    // 9e-8 on cpu, where no value crossed).
+    const double tolerance = tensor_cores ? 4e-3 : quantized ? 2e-3 : 2e-6;
+    EXPECT_LE(relative_error(run(dev), run(ref)), tolerance);
   }
 }
 

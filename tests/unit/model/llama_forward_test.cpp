@@ -138,6 +138,10 @@ TEST(ForwardKv, DecodeEqualsPrefillOnDummyQwen2WithBiasAndTiedEmbeddings) {
   expect_decode_matches_prefill(m.weights, tokens, 8);
 }
 
+// Every KV dtype: the cached blocks hold the bits the cold run wrote, so a warm run that reads them
+// gives the cold run's logits, up to float reassociation (f32), and for a narrow cache the rounding
+// of the 5 recomputed tokens' K/V (a 5-token matmul, not the 45-token GEMM, computed them: a value
+// can round to the neighbouring step; 1.9e-4 seen with f16).
 TEST(ForwardKv, PrefixCachedBlocksGiveTheSameLogitsAsRecompute) {
   auto path = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(path);
@@ -145,29 +149,34 @@ TEST(ForwardKv, PrefixCachedBlocksGiveTheSameLogitsAsRecompute) {
   o.path = path.string();
   o.load_tokenizer = false;
   LoadedModel m = load_model(o);
-  EngineOptions eo;
-  eo.max_context = 128;
-  eo.max_sequences = 3;
-  eo.block_size = 8;
-  eo.prefix_caching = true;
-  test::StepEngine engine(m.weights, eo);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 45; ++i) prompt.push_back(1 + (i * 29) % 500);
-  const int64_t V = m.weights.config.vocab_size;
+  for (DType kv_dtype : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    SCOPED_TRACE(dtype_name(kv_dtype));
+    EngineOptions eo;
+    eo.max_context = 128;
+    eo.max_sequences = 3;
+    eo.block_size = 8;
+    eo.prefix_caching = true;
+    eo.kv_dtype = kv_dtype;
+    test::StepEngine engine(m.weights, eo);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 45; ++i) prompt.push_back(1 + (i * 29) % 500);
+    const int64_t V = m.weights.config.vocab_size;
 
-  Sequence cold;
-  EXPECT_EQ(engine.attach_cached_prefix(cold, prompt), 0);
-  auto z = engine.feed(cold, std::span<const int32_t>(prompt).subspan(cold.tokens.size()));
-  std::vector<float> cold_logits(z.begin(), z.end());
-  engine.release(cold);  // blocks stay cached
+    Sequence cold;
+    EXPECT_EQ(engine.attach_cached_prefix(cold, prompt), 0);
+    auto z = engine.feed(cold, std::span<const int32_t>(prompt).subspan(cold.tokens.size()));
+    std::vector<float> cold_logits(z.begin(), z.end());
+    engine.release(cold);  // blocks stay cached
 
-  Sequence warm;
-  EXPECT_EQ(engine.attach_cached_prefix(warm, prompt), 40);  // 5 full blocks of 8
-  EXPECT_EQ(engine.kv().stats().hit_blocks, 5);
-  auto w = engine.feed(warm, std::span<const int32_t>(prompt).subspan(warm.tokens.size()));
-  EXPECT_LE(max_rel_diff(w.data(), cold_logits.data(), V), 1e-5);
-  engine.release(warm);
-  EXPECT_EQ(engine.kv().used_blocks(), 0);
+    Sequence warm;
+    EXPECT_EQ(engine.attach_cached_prefix(warm, prompt), 40);  // 5 full blocks of 8
+    EXPECT_EQ(engine.kv().stats().hit_blocks, 5);
+    auto w = engine.feed(warm, std::span<const int32_t>(prompt).subspan(warm.tokens.size()));
+    EXPECT_LE(max_rel_diff(w.data(), cold_logits.data(), V),
+              kv_dtype == DType::F32 ? 1e-5 : kF16CacheTolerance);
+    engine.release(warm);
+    EXPECT_EQ(engine.kv().used_blocks(), 0);
+  }
 }
 
 TEST(ForwardKv, QuantizedWeightsStayCloseToF32OnStories260K) {
@@ -258,7 +267,7 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
     "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 300,
     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512,
     "tie_word_embeddings": true, "torch_dtype": "float32"})";
-  for (DType kv_dtype : {DType::F32, DType::F16})
+  for (DType kv_dtype : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0})
     for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " kv " + dtype_name(kv_dtype));
       LoadedModel m = load_dummy("dummy-q4", config, dtype);

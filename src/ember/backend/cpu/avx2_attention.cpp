@@ -10,9 +10,11 @@
 // and at the end out = acc / l.
 //
 // With GQA groups of up to 3 heads and head_dim % 8 == 0 (SmolLM2: 3 and 64) the group's heads run
-// together (the grouped kernels below); otherwise head by head. An f16 cache read by one token is
-// widened (exactly) in registers by the grouped kernels; read by several tokens, or on the head-by-
-// head path, each (block, kv head) is widened once into per-thread f32 rows for all of them.
+// together (the grouped kernels below); otherwise head by head. A narrow cache (f16, bf16, and
+// q8_0/q4_0 in 32-value groups; K and V of one dtype) read by one token is widened (exactly) in
+// registers by the grouped kernels, 8 values at a time; read by several tokens, on the head-by-head
+// path, or in any other combination, each (block, kv head) is widened once into per-thread f32 rows
+// for all of them (kv_row_format.h gives the formats).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -20,6 +22,7 @@
 
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/core/aligned_vector.h"
 
 namespace ember::cpu::avx2 {
@@ -30,7 +33,7 @@ struct AttentionScratch {
   std::vector<float> acc;     // [group, hd_pad]
   std::vector<float> scores;  // [group, step_pad]
   std::vector<float> m, l;    // [group]
-  AlignedVector<float> k, v;  // a step's f16 blocks widened: [step_keys, hd_pad]
+  AlignedVector<float> k, v;  // a step's narrow blocks widened: [step_keys, hd_pad]
 };
 
 // Every cache line of [p, p + bytes) into L1.
@@ -170,15 +173,38 @@ EMBER_AVX2_INLINE void accumulate_pv_any(float* acc, const float* p, const float
 // 512-token context x1.05 (8 pairs, 0.92..1.54), B = 32 at 128-256 within noise.
 constexpr int64_t kSoftmaxStepKeys = 64;
 
-// The blocks of one softmax step for one kv head: K and V rows of block b at k[b] / v[b] (in the
-// pool, or in the widened f16 scratch), or at k16[b] / v16[b] (an f16 pool read as it is).
+// The blocks of one softmax step for one kv head: K and V rows of block b at k[b] / v[b] (f32 rows
+// in the pool, or in the widened scratch), or at kb[b] / vb[b] (a narrow pool read as it is).
 struct StepBlocks {
   static constexpr int64_t kMax = kSoftmaxStepKeys;  // enough for block_size >= 1
   const float* k[kMax];
   const float* v[kMax];
-  const uint16_t* k16[kMax];
-  const uint16_t* v16[kMax];
+  const uint8_t* kb[kMax];
+  const uint8_t* vb[kMax];
 };
+
+// How a call reads the pool's rows: f32 rows in place; narrow rows widened in registers by the
+// grouped kernels (one token, K and V of one dtype that load_kv8 reads); or any rows widened once
+// per step into the scratch.
+enum class PoolRead { InPlace, Widened, F16, Bf16, Q8, Q4 };
+
+PoolRead pool_read(const PagedKv& kv, int group_kernel, int64_t nt) {
+  const DType k = kv.k_dtype, v = kv.v_dtype;
+  if (k == DType::F32 && v == DType::F32) return PoolRead::InPlace;
+  if (group_kernel == 0 || nt != 1 || k != v) return PoolRead::Widened;
+  switch (k) {
+    case DType::F16:
+      return PoolRead::F16;
+    case DType::BF16:
+      return PoolRead::Bf16;
+    case DType::Q8_0:
+      return kv.head_dim % kQuantBlock == 0 ? PoolRead::Q8 : PoolRead::Widened;
+    case DType::Q4_0:
+      return kv.head_dim % kQuantBlock == 0 ? PoolRead::Q4 : PoolRead::Widened;
+    default:
+      return PoolRead::Widened;
+  }
+}
 
 // Scores s[0, n) = scale * q . k_i over a step's keys (block b holds keys [b bs, b bs + bs)), then
 // -inf up to n_pad so that exp() makes the padding 0. Keys go 8, then 4, then 1 at a time within
@@ -209,13 +235,74 @@ EMBER_AVX2_INLINE void step_scores(const float* q, const float* const* blocks, i
 // in registers: no scratch pass). Per (head, key) the FMAs and reductions are those of dot4 /
 // accumulate_pv above, so the bits are the same as the per-head path's.
 
-// 8 values of a K/V row at element d as f32: f32 rows as they are, f16 rows widened (exactly).
+// Row element types the grouped kernels widen in registers (a row is hd values: hd uint16_t for
+// f16, hd Bf16 for bf16, hd / 32 blocks for q8_0 / q4_0; rows are `stride` elements apart).
+struct Bf16 {
+  uint16_t bits;
+};
+
+// 8 values of a K/V row at element d (d % 8 == 0) as f32, exactly: f32 rows as they are, f16 and
+// bf16 widened, q8_0 / q4_0 quants times their block's scale (the product of an integer below 2^8
+// and an f16 value is exact in f32).
 template <typename Elem>
 EMBER_AVX2_INLINE __m256 load_kv8(const Elem* row, int64_t d) {
   if constexpr (std::is_same_v<Elem, uint16_t>) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)));
+  } else if constexpr (std::is_same_v<Elem, Bf16>) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (std::is_same_v<Elem, BlockQ8_0>) {
+    const BlockQ8_0& b = row[d / kQuantBlock];
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + d % kQuantBlock));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                         _mm256_set1_ps(_cvtsh_ss(b.d)));
+  } else if constexpr (std::is_same_v<Elem, BlockQ4_0>) {
+    const BlockQ4_0& b = row[d / kQuantBlock];
+    const int64_t j = d % kQuantBlock;  // values j..j+7: low nibbles of bytes j.. (j < 16), else
+                                        // high nibbles of bytes j-16..
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + j % 16));
+    __m256i q = _mm256_cvtepu8_epi32(bytes);
+    q = j < 16 ? _mm256_and_si256(q, _mm256_set1_epi32(0x0F)) : _mm256_srli_epi32(q, 4);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))),
+                         _mm256_set1_ps(_cvtsh_ss(b.d)));
   } else {
     return _mm256_loadu_ps(row + d);
+  }
+}
+
+// Rows [0, n) of one kv head's block (rows `stride` elements apart) widened into dst [n, hd_pad];
+// hd % 8 == 0.
+template <typename Elem>
+EMBER_AVX2_INLINE void widen_rows(const Elem* src, int64_t stride, int64_t n, int64_t hd,
+                                  int64_t hd_pad, float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t d = 0; d < hd; d += 8)
+      _mm256_store_ps(dst + i * hd_pad + d, load_kv8(src + i * stride, d));
+  }
+}
+
+// Rows [0, n) of a block in `dtype` (row_bytes apart) widened into dst [n, hd_pad].
+EMBER_AVX2_INLINE void widen_kv_rows(const uint8_t* src, DType dtype, int64_t row_bytes, int64_t n,
+                                     int64_t hd, int64_t hd_pad, float* dst) {
+  const bool whole_groups = hd % 8 == 0 && (dtype == DType::F32 || dtype == DType::F16 ||
+                                            dtype == DType::BF16 || hd % kQuantBlock == 0);
+  if (!whole_groups) {
+    for (int64_t i = 0; i < n; ++i) kv_read_row(src + i * row_bytes, hd, dtype, dst + i * hd_pad);
+    return;
+  }
+  switch (dtype) {
+    case DType::F16:
+      return widen_f16_rows(reinterpret_cast<const uint16_t*>(src), n, hd, hd_pad, dst);
+    case DType::BF16:
+      return widen_rows(reinterpret_cast<const Bf16*>(src), hd, n, hd, hd_pad, dst);
+    case DType::Q8_0:
+      return widen_rows(reinterpret_cast<const BlockQ8_0*>(src), hd / kQuantBlock, n, hd, hd_pad,
+                        dst);
+    case DType::Q4_0:
+      return widen_rows(reinterpret_cast<const BlockQ4_0*>(src), hd / kQuantBlock, n, hd, hd_pad,
+                        dst);
+    default:
+      return widen_rows(reinterpret_cast<const float*>(src), hd, n, hd, hd_pad, dst);
   }
 }
 
@@ -447,9 +534,8 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
     scratch.m.resize(static_cast<size_t>(rows));
     scratch.l.resize(static_cast<size_t>(rows));
   }
-  const bool f16 = kv.dtype == DType::F16;
-  const int64_t elem_bytes = f16 ? 2 : 4;
-  if (f16 && static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
+  const PoolRead read = pool_read(kv, G, nt);
+  if (read == PoolRead::Widened && static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
     scratch.k.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
     scratch.v.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
   }
@@ -466,11 +552,8 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   const auto block_of = [&](int64_t index) {
     return block_table[std::max(index, tile_first / bs)];
   };
-  // One token reads each block once: the grouped kernels widen an f16 block in registers as they
-  // go. Several tokens share one widening into the scratch rows.
-  const bool inline_f16 = G > 0 && f16 && nt == 1;
-  // Distance between a block's consecutive token rows: in the pool, or in the widened f16 rows.
-  const int64_t row_stride = f16 && !inline_f16 ? hd_pad : hd;
+  // Distance between a block's consecutive f32 rows: in the pool, or in the widened scratch.
+  const int64_t row_stride = read == PoolRead::Widened ? hd_pad : hd;
   StepBlocks blocks;
 
   for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
@@ -482,29 +565,28 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
       const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
       for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t pb = p0 + b * bs;
-        const int64_t first = kv.row_offset(block_of(pb / bs), 0, g);
+        const int64_t first = kv.row_index(block_of(pb / bs), 0, g);
         // The next block sits anywhere in the pool: the hardware prefetcher cannot guess it, so
         // its rows for this head are requested now.
         if (pb + bs < ctx_last) {
           const int64_t next_rows = std::min(bs, ctx_last - pb - bs);
-          const int64_t next = kv.row_offset(block_of(pb / bs + 1), 0, g) * elem_bytes;
-          prefetch_span(static_cast<const char*>(kv.k_pool) + next, next_rows * hd * elem_bytes);
-          prefetch_span(static_cast<const char*>(kv.v_pool) + next, next_rows * hd * elem_bytes);
+          const int64_t next = kv.row_index(block_of(pb / bs + 1), 0, g);
+          prefetch_span(reinterpret_cast<const char*>(kv.k_row(next)), next_rows * kv.k_row_bytes);
+          prefetch_span(reinterpret_cast<const char*>(kv.v_row(next)), next_rows * kv.v_row_bytes);
         }
-        if (inline_f16) {
-          blocks.k16[b] = static_cast<const uint16_t*>(kv.k_pool) + first;
-          blocks.v16[b] = static_cast<const uint16_t*>(kv.v_pool) + first;
-        } else if (f16) {
+        blocks.kb[b] = kv.k_row(first);
+        blocks.vb[b] = kv.v_row(first);
+        if (read == PoolRead::Widened) {
           const int64_t n_rows = std::min(bs, ctx_last - pb);
           float* kd = scratch.k.data() + b * bs * hd_pad;
           float* vd = scratch.v.data() + b * bs * hd_pad;
-          widen_f16_rows(static_cast<const uint16_t*>(kv.k_pool) + first, n_rows, hd, hd_pad, kd);
-          widen_f16_rows(static_cast<const uint16_t*>(kv.v_pool) + first, n_rows, hd, hd_pad, vd);
+          widen_kv_rows(blocks.kb[b], kv.k_dtype, kv.k_row_bytes, n_rows, hd, hd_pad, kd);
+          widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes, n_rows, hd, hd_pad, vd);
           blocks.k[b] = kd;
           blocks.v[b] = vd;
-        } else {
-          blocks.k[b] = static_cast<const float*>(kv.k_pool) + first;
-          blocks.v[b] = static_cast<const float*>(kv.v_pool) + first;
+        } else if (read == PoolRead::InPlace) {
+          blocks.k[b] = reinterpret_cast<const float*>(blocks.kb[b]);
+          blocks.v[b] = reinterpret_cast<const float*>(blocks.vb[b]);
         }
       }
       for (int64_t u = 0; u < nt; ++u) {
@@ -516,12 +598,34 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         float* acc = scratch.acc.data() + u * group * hd_pad;
         float* m = scratch.m.data() + u * group;
         float* l = scratch.l.data() + u * group;
-
+        const auto narrow_step = [&](auto elem) EMBER_AVX2_LAMBDA {
+          using Elem = decltype(elem);
+          const Elem* kb[StepBlocks::kMax];
+          const Elem* vb[StepBlocks::kMax];
+          for (int64_t b = 0; b < n_blocks; ++b) {
+            kb[b] = reinterpret_cast<const Elem*>(blocks.kb[b]);
+            vb[b] = reinterpret_cast<const Elem*>(blocks.vb[b]);
+          }
+          const int64_t stride = kv.k_row_bytes / static_cast<int64_t>(sizeof(Elem));
+          token_step<G>(qg, kb, vb, group, bs, n, stride, hd, hd_pad, hd_mask, scale, rule,
+                        step_pad, scores, acc, m, l);
+        };
         if constexpr (G > 0) {
-          if (inline_f16) {
-            token_step<G>(qg, blocks.k16, blocks.v16, group, bs, n, row_stride, hd, hd_pad, hd_mask,
-                          scale, rule, step_pad, scores, acc, m, l);
-            continue;
+          switch (read) {
+            case PoolRead::F16:
+              narrow_step(uint16_t{});
+              continue;
+            case PoolRead::Bf16:
+              narrow_step(Bf16{});
+              continue;
+            case PoolRead::Q8:
+              narrow_step(BlockQ8_0{});
+              continue;
+            case PoolRead::Q4:
+              narrow_step(BlockQ4_0{});
+              continue;
+            default:
+              break;
           }
         }
         token_step<G>(qg, blocks.k, blocks.v, group, bs, n, row_stride, hd, hd_pad, hd_mask, scale,

@@ -9,6 +9,7 @@
 #include "ember/backend/cpu/kernels_isa.h"
 #include "ember/backend/cpu/quant_row_dot.h"
 #include "ember/backend/cpu/weight_layout.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/core/half.h"
 
 namespace ember::cpu::avx2 {
@@ -167,6 +168,9 @@ EMBER_AVX2 void store_kv(const float* x, int64_t n, DType dtype, void* out) {
     std::copy_n(x, n, static_cast<float*>(out));
     return;
   }
+  // bf16 and the quantized rows: a few hundred values per token and layer, next to matmuls of
+  // millions of multiply-adds; the scalar writer is the format's definition.
+  if (dtype != DType::F16) return kv_write_row(x, n, dtype, out);
   auto* o = static_cast<uint16_t*>(out);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

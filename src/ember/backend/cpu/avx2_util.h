@@ -13,6 +13,9 @@
 
 #define EMBER_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define EMBER_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+// A lambda inside an EMBER_AVX2 function does not inherit its target: `[&](...) EMBER_AVX2_LAMBDA
+// {`.
+#define EMBER_AVX2_LAMBDA __attribute__((target("avx2,fma,f16c")))
 
 namespace ember::cpu::avx2 {
 

@@ -8,6 +8,7 @@
 
 #include "ember/backend/cpu/host_kv_storage.h"
 #include "ember/backend/cpu/weight_layout.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/core/error.h"
 
 namespace ember::cpu {
@@ -105,15 +106,23 @@ void CpuBackend::store_rows(KvStorage& kv, int64_t layer, const float* k, const 
   auto& cache = static_cast<HostKvStorage&>(kv);
   const KvShape& s = cache.shape();
   const int64_t kvd = s.n_kv_heads * s.head_dim;
+  thread_local std::vector<float> rotated;
+  if (s.rotate_k) rotated.resize(static_cast<size_t>(s.head_dim));
   for (int64_t t = b; t < e; ++t) {
     const int64_t pos = batch.positions[t];
     const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
     const int32_t block = seq.block_table[pos / s.block_size];
     for (int64_t g = 0; g < s.n_kv_heads; ++g) {
-      const int64_t off = cache.row_offset(block, pos % s.block_size, g);
+      const int64_t row = cache.row_index(block, pos % s.block_size, g);
       const int64_t src = t * kvd + g * s.head_dim;
-      cpu::store_kv(k + src, s.head_dim, s.dtype, cache.k_at(layer, off));
-      cpu::store_kv(v + src, s.head_dim, s.dtype, cache.v_at(layer, off));
+      const float* k_row = k + src;
+      if (s.rotate_k) {
+        std::copy_n(k_row, s.head_dim, rotated.data());
+        kv_rotate(rotated.data(), s.head_dim);
+        k_row = rotated.data();
+      }
+      cpu::store_kv(k_row, s.head_dim, s.k_dtype, cache.k_at(layer, row));
+      cpu::store_kv(v + src, s.head_dim, s.v_dtype, cache.v_at(layer, row));
     }
   }
 }
@@ -142,6 +151,17 @@ void CpuBackend::attention(const KvStorage& kv, int64_t layer, const float* q, i
   const auto& cache = static_cast<const HostKvStorage&>(kv);
   const PagedKv view = cache.layer_view(layer);
   const int64_t T = batch.size(), qd = n_heads * view.head_dim;
+  if (view.k_rotated) {
+    // The cache holds H k: scores need H q ((H q) . (H k) = q . k).
+    q_rotated_.resize(static_cast<size_t>(T * qd));
+    for_token_rows(T, [&](int64_t b, int64_t e) {
+      std::copy(q + b * qd, q + e * qd, q_rotated_.data() + b * qd);
+      for (int64_t r = b * n_heads; r < e * n_heads; ++r) {
+        kv_rotate(q_rotated_.data() + r * view.head_dim, view.head_dim);
+      }
+    });
+    q = q_rotated_.data();
+  }
   const auto table_of = [&](int64_t t) {
     return batch.sequences[static_cast<size_t>(batch.sequence_of[t])].block_table;
   };

@@ -86,6 +86,7 @@ class CpuBackend : public Backend {
   HugePageArena arena_;
   // Attention work: (first token, token count) runs of consecutive tokens of one sequence.
   std::vector<std::pair<int64_t, int64_t>> attention_tiles_;
+  std::vector<float> q_rotated_;    // queries times H for a cache of rotated K (--kv-rotate)
   AlignedVector<BlockQ8Act> x_q8_;  // q8_0/q4_0 matmul input (see uses_8bit_activations)
   AlignedVector<float> x_bf16_;     // bf16 matmul input in the kernels' layout
   AlignedVector<float> x_float_;    // f32/f16 (and q8_0/q4_0 GEMM) input in the kernels' layout

@@ -13,8 +13,14 @@ const KvShape& checked(const KvShape& shape) {
       shape.n_kv_heads <= 0 || shape.head_dim <= 0) {
     throw Error("KV cache: invalid pool shape");
   }
-  if (shape.dtype != DType::F32 && shape.dtype != DType::F16) {
-    throw Error(std::string("KV cache dtype must be f32 or f16, not ") + dtype_name(shape.dtype));
+  for (DType dtype : {shape.k_dtype, shape.v_dtype}) {
+    if (std::string problem = kv_dtype_problem(dtype, shape.head_dim); !problem.empty()) {
+      throw Error("KV cache: " + problem);
+    }
+  }
+  if (shape.rotate_k && kv_quant_group(shape.head_dim) == 0) {
+    throw Error("KV cache: --kv-rotate needs head_dim a multiple of 8; this model's is " +
+                std::to_string(shape.head_dim));
   }
   return shape;
 }
@@ -22,19 +28,23 @@ const KvShape& checked(const KvShape& shape) {
 }  // namespace
 
 HostKvStorage::HostKvStorage(const KvShape& shape) : KvStorage(checked(shape)) {
-  const auto bytes = static_cast<size_t>(shape.n_layers * layer_elements() * shape.element_bytes());
+  const int64_t rows = shape.n_layers * layer_rows();
   // Zero-filled (fresh anonymous memory): unwritten slots are never read, but deterministic memory
   // keeps tools quiet. Faulted in now, as the engine's first steps should not pay for it.
-  keys_ = HugePageBuffer(bytes, /*prefault=*/true);
-  values_ = HugePageBuffer(bytes, /*prefault=*/true);
+  keys_ = HugePageBuffer(static_cast<size_t>(rows * shape.k_row_bytes()), /*prefault=*/true);
+  values_ = HugePageBuffer(static_cast<size_t>(rows * shape.v_row_bytes()), /*prefault=*/true);
 }
 
 PagedKv HostKvStorage::layer_view(int64_t layer) const {
   const KvShape& s = shape();
   PagedKv view;
-  view.k_pool = keys_.data() + byte_offset(layer, 0);
-  view.v_pool = values_.data() + byte_offset(layer, 0);
-  view.dtype = s.dtype;
+  view.k_pool = keys_.data() + layer * layer_rows() * s.k_row_bytes();
+  view.v_pool = values_.data() + layer * layer_rows() * s.v_row_bytes();
+  view.k_dtype = s.k_dtype;
+  view.v_dtype = s.v_dtype;
+  view.k_row_bytes = s.k_row_bytes();
+  view.k_rotated = s.rotate_k;
+  view.v_row_bytes = s.v_row_bytes();
   view.block_size = s.block_size;
   view.n_kv_heads = s.n_kv_heads;
   view.head_dim = s.head_dim;

@@ -239,19 +239,16 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
 
 void prefetch_kv_context(const PagedKv& kv, const int32_t* block_table, int64_t ctx_len,
                          int64_t kv_head) {
-  const int64_t elem_bytes = kv.dtype == DType::F16 ? 2 : 4;
   const int64_t end = std::min(ctx_len, kPrefetchContextKeys);
   for (int64_t pos = 0; pos < end; pos += kv.block_size) {
     const int64_t rows = std::min(kv.block_size, end - pos);
     const int32_t block = block_table[pos / kv.block_size];
     if (block < 0) continue;  // behind a sliding window, back in the pool
-    const int64_t at = kv.row_offset(block, 0, kv_head) * elem_bytes;
-    const auto* k = static_cast<const char*>(kv.k_pool) + at;
-    const auto* v = static_cast<const char*>(kv.v_pool) + at;
-    for (int64_t i = 0; i < rows * kv.head_dim * elem_bytes; i += 64) {
-      __builtin_prefetch(k + i, 0, 2);
-      __builtin_prefetch(v + i, 0, 2);
-    }
+    const int64_t at = kv.row_index(block, 0, kv_head);
+    const uint8_t* k = kv.k_row(at);
+    const uint8_t* v = kv.v_row(at);
+    for (int64_t i = 0; i < rows * kv.k_row_bytes; i += 64) __builtin_prefetch(k + i, 0, 2);
+    for (int64_t i = 0; i < rows * kv.v_row_bytes; i += 64) __builtin_prefetch(v + i, 0, 2);
   }
 }
 

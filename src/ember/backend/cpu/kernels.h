@@ -115,31 +115,42 @@ void softcap(float* x, float cap, int64_t n);
 // y[i] += x[i].
 void add_inplace(float* y, const float* x, int64_t n);
 
-// x [n] f32 into a KV cache row of `dtype` at out: F32 copies, F16 rounds to nearest even (the
-// AVX2 path's F16C conversion and the scalar one give the same bits).
+// x [n] f32 into a KV cache row of `dtype` at out (kv_row_format.h): F32 copies, F16/BF16 round to
+// nearest even, Q8_0/Q4_0 quantize (the AVX2 path and the scalar one give the same bits).
 void store_kv(const float* x, int64_t n, DType dtype, void* out);
 
 // Row `row` of an embedding table in any dtype, converted to f32 into out[0, n_cols).
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 
 // Paged KV cache as attention reads it: per layer, a pool of blocks, each holding n_kv_heads x
-// block_size tokens x head_dim values for K (and likewise V), f32 or f16 (`dtype`):
-//   k_pool[((block * n_kv_heads + kv_head) * block_size + slot) * head_dim + d]
+// block_size tokens x one row (head_dim values) for K, and likewise for V, rows in the formats of
+// kv_row_format.h (f32, f16, bf16, q8_0, q4_0; K and V may differ):
+//   row (block, slot, kv_head) at k_pool + row_index(block, slot, kv_head) * k_row_bytes
 // Head-major within a block, so the rows one kv head reads from a block are one contiguous run
 // (4 KiB for SmolLM2 in f32) that the hardware prefetcher streams.
-// An f16 cache halves the bytes attention streams per step; every reader widens the stored values
-// exactly (f16 -> f32), so the f16 rounding happens once, when store_kv writes them.
+// A narrower cache cuts the bytes attention streams per step; every reader widens the stored
+// values exactly (to f32), so the rounding happens once, when store_kv writes them.
 struct PagedKv {
   const void* k_pool = nullptr;
   const void* v_pool = nullptr;
-  DType dtype = DType::F32;  // F32 or F16
+  DType k_dtype = DType::F32;
+  DType v_dtype = DType::F32;
+  int64_t k_row_bytes = 0;
+  int64_t v_row_bytes = 0;
+  bool k_rotated = false;  // K rows hold H k (kv_rotate): queries must be rotated before the call
   int64_t block_size = 16;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
 
-  // Element offset of (block, slot, kv head)'s head_dim values.
-  int64_t row_offset(int64_t block, int64_t slot, int64_t kv_head) const {
-    return ((block * n_kv_heads + kv_head) * block_size + slot) * head_dim;
+  // Row index of (block, slot, kv head): multiply by the row bytes for its address.
+  int64_t row_index(int64_t block, int64_t slot, int64_t kv_head) const {
+    return (block * n_kv_heads + kv_head) * block_size + slot;
+  }
+  const uint8_t* k_row(int64_t index) const {
+    return static_cast<const uint8_t*>(k_pool) + index * k_row_bytes;
+  }
+  const uint8_t* v_row(int64_t index) const {
+    return static_cast<const uint8_t*>(v_pool) + index * v_row_bytes;
   }
 };
 

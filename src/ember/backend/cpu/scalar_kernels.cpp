@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
 
@@ -125,24 +126,17 @@ void add_inplace(float* y, const float* x, int64_t n) {
 }
 
 void store_kv(const float* x, int64_t n, DType dtype, void* out) {
-  if (dtype == DType::F32) {
-    std::copy_n(x, n, static_cast<float*>(out));
-    return;
-  }
-  auto* o = static_cast<uint16_t*>(out);
-  for (int64_t i = 0; i < n; ++i) o[i] = f32_to_f16(x[i]);
+  kv_write_row(x, n, dtype, out);
 }
 
 // One pass over the context per query head with an online softmax: running max m, running
 // denominator l and an unnormalised output accumulator acc [head_dim], rescaled when m grows.
 namespace {
 
-// The hd values at element `offset` of a K or V pool as f32: in place for F32, widened into buf
-// for F16.
-const float* kv_row(const void* pool, DType dtype, int64_t offset, int64_t hd, float* buf) {
-  if (dtype == DType::F32) return static_cast<const float*>(pool) + offset;
-  const uint16_t* h = static_cast<const uint16_t*>(pool) + offset;
-  for (int64_t d = 0; d < hd; ++d) buf[d] = f16_to_f32(h[d]);
+// A K or V row of hd values as f32: in place for F32, widened into buf for the other dtypes.
+const float* kv_row(const uint8_t* row, DType dtype, int64_t hd, float* buf) {
+  if (dtype == DType::F32) return reinterpret_cast<const float*>(row);
+  kv_read_row(row, hd, dtype, buf);
   return buf;
 }
 
@@ -161,9 +155,9 @@ void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int
     float m = -INFINITY, l = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
     for (int64_t p = scores.first_key(ctx_len); p < ctx_len; ++p) {
-      const int64_t row = kv.row_offset(block_table[p / kv.block_size], p % kv.block_size, g);
-      const float* k = kv_row(kv.k_pool, kv.dtype, row, hd, k_buf);
-      const float* v = kv_row(kv.v_pool, kv.dtype, row, hd, v_buf);
+      const int64_t row = kv.row_index(block_table[p / kv.block_size], p % kv.block_size, g);
+      const float* k = kv_row(kv.k_row(row), kv.k_dtype, hd, k_buf);
+      const float* v = kv_row(kv.v_row(row), kv.v_dtype, hd, v_buf);
       float s = dot(qh, k, hd) * scores.scale;
       if (scores.softcap > 0.0f) s = scores.softcap * std::tanh(s / scores.softcap);
       if (s > m) {

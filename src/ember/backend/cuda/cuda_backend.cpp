@@ -32,9 +32,14 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 CudaKvStorage::CudaKvStorage(const KvShape& shape) : KvStorage(shape) {
-  if (shape.dtype != DType::F32 && shape.dtype != DType::F16) {
-    throw Error(ErrorKind::Unsupported, std::string("cuda: KV cache dtype ") +
-                                            dtype_name(shape.dtype) + " (expected f32 or f16)");
+  // The device kernels read f32 or f16 rows; bf16/q8_0/q4_0 caches run on the cpu backend.
+  const bool same = shape.k_dtype == shape.v_dtype;
+  if (!same || shape.rotate_k || (shape.k_dtype != DType::F32 && shape.k_dtype != DType::F16)) {
+    throw Error(ErrorKind::Unsupported, "cuda: KV cache " + shape.dtype_label() +
+                                            (shape.rotate_k ? " with --kv-rotate" : "") +
+                                            " (the cuda backend stores f32 or f16 K and V; "
+                                            "bf16, q8_0, q4_0 and --kv-rotate caches run on "
+                                            "--backend cpu)");
   }
   const auto bytes =
       static_cast<size_t>(shape.bytes_per_token() / 2 * shape.n_blocks * shape.block_size);
@@ -47,12 +52,11 @@ CudaKvStorage::CudaKvStorage(const KvShape& shape) : KvStorage(shape) {
 
 DeviceKvLayer CudaKvStorage::layer(int64_t layer) const {
   const KvShape& s = shape();
-  const int64_t layer_bytes =
-      s.n_blocks * s.block_size * s.n_kv_heads * s.head_dim * s.element_bytes();
+  const int64_t layer_bytes = s.n_blocks * s.block_size * s.n_kv_heads * s.k_row_bytes();
   DeviceKvLayer l;
   l.k = static_cast<uint8_t*>(keys_.get()) + layer * layer_bytes;
   l.v = static_cast<uint8_t*>(values_.get()) + layer * layer_bytes;
-  l.f16 = s.dtype == DType::F16;
+  l.f16 = s.k_dtype == DType::F16;
   l.n_kv_heads = static_cast<int32_t>(s.n_kv_heads);
   l.head_dim = static_cast<int32_t>(s.head_dim);
   l.block_size = static_cast<int32_t>(s.block_size);

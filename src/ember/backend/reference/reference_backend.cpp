@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "ember/backend/cpu/host_kv_storage.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/error.h"
 #include "ember/core/half.h"
@@ -101,23 +103,16 @@ void ReferenceBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, co
   auto& cache = static_cast<cpu::HostKvStorage&>(kv);
   const KvShape& s = cache.shape();
   const int64_t kvd = s.n_kv_heads * s.head_dim;
-  auto store = [&](const float* row, void* out) {
-    for (int64_t d = 0; d < s.head_dim; ++d) {
-      if (s.dtype == DType::F16) {
-        static_cast<uint16_t*>(out)[d] = f32_to_f16(row[d]);
-      } else {
-        static_cast<float*>(out)[d] = row[d];
-      }
-    }
-  };
   for (int64_t t = 0; t < batch.size(); ++t) {
     const int64_t pos = batch.positions[t];
     const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
     const int32_t block = seq.block_table[pos / s.block_size];
     for (int64_t g = 0; g < s.n_kv_heads; ++g) {
-      const int64_t off = cache.row_offset(block, pos % s.block_size, g);
-      store(k + t * kvd + g * s.head_dim, cache.k_at(layer, off));
-      store(v + t * kvd + g * s.head_dim, cache.v_at(layer, off));
+      const int64_t row = cache.row_index(block, pos % s.block_size, g);
+      std::vector<float> k_row(k + t * kvd + g * s.head_dim, k + t * kvd + (g + 1) * s.head_dim);
+      if (s.rotate_k) kv_rotate(k_row.data(), s.head_dim);
+      kv_write_row(k_row.data(), s.head_dim, s.k_dtype, cache.k_at(layer, row));
+      kv_write_row(v + t * kvd + g * s.head_dim, s.head_dim, s.v_dtype, cache.v_at(layer, row));
     }
   }
 }
@@ -137,6 +132,15 @@ void ReferenceBackend::attention(const KvStorage& kv, int64_t layer, const float
   const auto& cache = static_cast<const cpu::HostKvStorage&>(kv);
   const cpu::PagedKv view = cache.layer_view(layer);
   const int64_t qd = n_heads * view.head_dim;
+  std::vector<float> q_rotated;
+  if (view.k_rotated) {
+    // The cache holds H k: scores need H q.
+    q_rotated.assign(q, q + batch.size() * qd);
+    for (int64_t r = 0; r < batch.size() * n_heads; ++r) {
+      kv_rotate(q_rotated.data() + r * view.head_dim, view.head_dim);
+    }
+    q = q_rotated.data();
+  }
   for (int64_t t = 0; t < batch.size(); ++t) {
     const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
     reference::attention(q + t * qd, n_heads, view, seq.block_table, batch.positions[t] + 1, scores,

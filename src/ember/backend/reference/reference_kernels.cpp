@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ember/backend/cpu/weight_layout.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/core/dequantize.h"
 #include "ember/core/half.h"
 
@@ -145,16 +146,10 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
   const int64_t first = scores.first_key(ctx_len);  // sliding window
   // Positions before the window are never read: their blocks may be back in the pool.
   for (int64_t p = first; p < ctx_len; ++p) {
-    for (int64_t i = 0; i < n_kv * hd; ++i) {
-      const int64_t e =
-          kv.row_offset(block_table[p / kv.block_size], p % kv.block_size, i / hd) + i % hd;
-      if (kv.dtype == DType::F16) {
-        k[p * n_kv * hd + i] = f16_to_f32(static_cast<const uint16_t*>(kv.k_pool)[e]);
-        v[p * n_kv * hd + i] = f16_to_f32(static_cast<const uint16_t*>(kv.v_pool)[e]);
-      } else {
-        k[p * n_kv * hd + i] = static_cast<const float*>(kv.k_pool)[e];
-        v[p * n_kv * hd + i] = static_cast<const float*>(kv.v_pool)[e];
-      }
+    for (int64_t g = 0; g < n_kv; ++g) {
+      const int64_t row = kv.row_index(block_table[p / kv.block_size], p % kv.block_size, g);
+      kv_read_row(kv.k_row(row), hd, kv.k_dtype, &k[static_cast<size_t>((p * n_kv + g) * hd)]);
+      kv_read_row(kv.v_row(row), hd, kv.v_dtype, &v[static_cast<size_t>((p * n_kv + g) * hd)]);
     }
   }
   std::vector<double> s(static_cast<size_t>(ctx_len));

@@ -1,17 +1,19 @@
 // Paged attention on every ISA the CPU runs against the reference (gathered K/V, full softmax in
-// double), from f32 and f16 caches. Tolerance: absolute 2e-5 with q, K, V in [-1, 1] (outputs are
-// convex combinations of V); with an f16 cache the reference reads the same stored halves, so the
-// tolerance is the same.
+// double), from f32, f16, bf16, q8_0 and q4_0 caches (and K and V in different dtypes). Tolerance:
+// absolute 2e-5 with q, K, V in [-1, 1] (outputs are convex combinations of V); from a narrow
+// cache the reference reads the same stored rows (widened exactly), so the tolerance is the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "ember/backend/cpu/kernels.h"
+#include "ember/backend/kv_row_format.h"
 #include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
 #include "unit/backend/cpu/kernels_test_util.h"
@@ -29,39 +31,42 @@ struct Case {
 
 // A pool of n_blocks blocks with random contents and a shuffled (non-contiguous) block table.
 struct Pool {
-  std::vector<float> k, v;
-  std::vector<uint16_t> k16, v16;  // the same values rounded to f16, for an f16 cache
+  std::vector<float> k, v;      // the values, one head_dim row per (block, kv head, slot)
+  std::vector<uint8_t> kb, vb;  // the same rows as stored in the cache's dtypes
   std::vector<int32_t> table;
   PagedKv kv;
 };
 
-Pool make_pool(const Case& c, uint32_t seed, DType dtype = DType::F32) {
+// The dtypes every attention test runs with; a quantized one only where head_dim allows.
+constexpr DType kKvDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+
+Pool make_pool(const Case& c, uint32_t seed, DType dtype = DType::F32,
+               std::optional<DType> v_dtype = std::nullopt) {
   Pool p;
   const int64_t n_table = (c.ctx_len + c.block_size - 1) / c.block_size;
   const int64_t n_blocks = n_table + 7;  // spare blocks the sequence does not own
-  const int64_t floats = n_blocks * c.block_size * c.n_kv_heads * c.head_dim;
-  p.k = random_floats(floats, seed);
-  p.v = random_floats(floats, seed + 1);
+  const int64_t n_rows = n_blocks * c.block_size * c.n_kv_heads, hd = c.head_dim;
+  p.k = random_floats(n_rows * hd, seed);
+  p.v = random_floats(n_rows * hd, seed + 1);
   std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(seed + 2));
   p.table.assign(ids.begin(), ids.begin() + n_table);
-  p.kv.k_pool = p.k.data();
-  p.kv.v_pool = p.v.data();
-  p.kv.dtype = dtype;
+  p.kv.k_dtype = dtype;
+  p.kv.v_dtype = v_dtype.value_or(dtype);
+  p.kv.k_row_bytes = kv_row_bytes(p.kv.k_dtype, hd);
+  p.kv.v_row_bytes = kv_row_bytes(p.kv.v_dtype, hd);
+  p.kb.resize(static_cast<size_t>(n_rows * p.kv.k_row_bytes));
+  p.vb.resize(static_cast<size_t>(n_rows * p.kv.v_row_bytes));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    kv_write_row(p.k.data() + r * hd, hd, p.kv.k_dtype, p.kb.data() + r * p.kv.k_row_bytes);
+    kv_write_row(p.v.data() + r * hd, hd, p.kv.v_dtype, p.vb.data() + r * p.kv.v_row_bytes);
+  }
+  p.kv.k_pool = p.kb.data();
+  p.kv.v_pool = p.vb.data();
   p.kv.block_size = c.block_size;
   p.kv.n_kv_heads = c.n_kv_heads;
   p.kv.head_dim = c.head_dim;
-  if (dtype == DType::F16) {
-    p.k16.resize(p.k.size());
-    p.v16.resize(p.v.size());
-    for (size_t i = 0; i < p.k.size(); ++i) {
-      p.k16[i] = f32_to_f16(p.k[i]);
-      p.v16[i] = f32_to_f16(p.v[i]);
-    }
-    p.kv.k_pool = p.k16.data();
-    p.kv.v_pool = p.v16.data();
-  }
   return p;
 }
 
@@ -81,8 +86,9 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
   };
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
-    for (DType dtype : {DType::F32, DType::F16})
+    for (DType dtype : kKvDtypes)
       for (const Case& c : cases) {
+        if (!kv_dtype_problem(dtype, c.head_dim).empty()) continue;
         SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype) +
                      " heads=" + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
                      " hd=" + std::to_string(c.head_dim) + " bs=" + std::to_string(c.block_size) +
@@ -99,13 +105,44 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
   }
 }
 
+// K and V in different dtypes (--kv-dtype-k / --kv-dtype-v): each read in its own format.
+TEST(KernelsAttention, MixedKAndVDtypesMatchReference) {
+  const std::pair<DType, DType> pairs[] = {{DType::Q8_0, DType::F16},
+                                           {DType::F16, DType::Q4_0},
+                                           {DType::Q4_0, DType::Q8_0},
+                                           {DType::F32, DType::Q8_0}};
+  const Case cases[] = {{9, 3, 64, 16, 150}, {8, 4, 8, 5, 41}};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (const auto& [kd, vd] : pairs) {
+      for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " k " + dtype_name(kd) + " v " + dtype_name(vd) +
+                     " hd " + std::to_string(c.head_dim));
+        Pool p = make_pool(c, 77, kd, vd);
+        for (int64_t nt : {1, 5}) {
+          const int64_t qd = c.n_heads * c.head_dim, ctx0 = c.ctx_len - nt + 1;
+          auto q = random_floats(nt * qd, 78);
+          std::vector<float> out(q.size()), want(q.size());
+          attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), ctx0, 0.125f,
+                           out.data(), qd, 0, c.n_kv_heads);
+          for (int64_t u = 0; u < nt; ++u) {
+            reference::attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), ctx0 + u,
+                                 0.125f, want.data() + u * qd);
+          }
+          for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
+        }
+      }
+    }
+  }
+}
+
 // Sliding windows and soft-caps (attention_scores.h), with the blocks wholly behind the window
 // given back to the pool (table entries -1): every ISA against the reference, and a tile of
 // tokens against single-token calls bit for bit (each token's own window).
 TEST(KernelsAttention, WindowAndSoftCapWithReleasedBlocks) {
   const Case c{9, 3, 64, 16, 150};  // several softmax steps; the window starts inside a step
   for (Isa isa : supported_isas()) {
-    for (DType dtype : {DType::F32, DType::F16}) {
+    for (DType dtype : kKvDtypes) {
       IsaScope scope(isa);
       SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype));
       for (int64_t window : {1, 20, 37, 100, 400}) {
@@ -140,7 +177,7 @@ TEST(KernelsAttention, WindowAndSoftCapWithReleasedBlocks) {
 TEST(KernelsAttention, PeakedScores) {
   const Case c{6, 2, 16, 4, 45};
   for (Isa isa : supported_isas()) {
-    for (DType dtype : {DType::F32, DType::F16}) {
+    for (DType dtype : kKvDtypes) {
       IsaScope scope(isa);
       Pool p = make_pool(c, 5, dtype);
       auto q = random_floats(c.n_heads * c.head_dim, 6, -8.0f, 8.0f);
@@ -157,24 +194,26 @@ TEST(KernelsAttention, BlockPlacementDoesNotChangeBits) {
   const Case c{9, 3, 64, 16, 70};
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
-    Pool a = make_pool(c, 3);
-    // Copy the same logical K/V into a pool with the blocks in reverse table order.
-    Pool b = a;
-    const int64_t block_floats = c.block_size * c.n_kv_heads * c.head_dim;
-    const auto n = static_cast<int64_t>(a.table.size());
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t dst = static_cast<int32_t>(n - 1 - i);
-      std::memcpy(&b.k[dst * block_floats], &a.k[a.table[i] * block_floats], block_floats * 4);
-      std::memcpy(&b.v[dst * block_floats], &a.v[a.table[i] * block_floats], block_floats * 4);
-      b.table[i] = dst;
+    for (DType dtype : kKvDtypes) {
+      Pool a = make_pool(c, 3, dtype);
+      // Copy the same logical K/V into a pool with the blocks in reverse table order.
+      Pool b = a;
+      const int64_t block_bytes = c.block_size * c.n_kv_heads * a.kv.k_row_bytes;
+      const auto n = static_cast<int64_t>(a.table.size());
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t dst = static_cast<int32_t>(n - 1 - i);
+        std::memcpy(&b.kb[dst * block_bytes], &a.kb[a.table[i] * block_bytes], block_bytes);
+        std::memcpy(&b.vb[dst * block_bytes], &a.vb[a.table[i] * block_bytes], block_bytes);
+        b.table[i] = dst;
+      }
+      b.kv.k_pool = b.kb.data();
+      b.kv.v_pool = b.vb.data();
+      auto q = random_floats(c.n_heads * c.head_dim, 8);
+      std::vector<float> oa(q.size()), ob(q.size());
+      attention(q.data(), c.n_heads, a.kv, a.table.data(), c.ctx_len, 0.125f, oa.data());
+      attention(q.data(), c.n_heads, b.kv, b.table.data(), c.ctx_len, 0.125f, ob.data());
+      EXPECT_EQ(std::memcmp(oa.data(), ob.data(), oa.size() * 4), 0) << dtype_name(dtype);
     }
-    b.kv.k_pool = b.k.data();
-    b.kv.v_pool = b.v.data();
-    auto q = random_floats(c.n_heads * c.head_dim, 8);
-    std::vector<float> oa(q.size()), ob(q.size());
-    attention(q.data(), c.n_heads, a.kv, a.table.data(), c.ctx_len, 0.125f, oa.data());
-    attention(q.data(), c.n_heads, b.kv, b.table.data(), c.ctx_len, 0.125f, ob.data());
-    EXPECT_EQ(std::memcmp(oa.data(), ob.data(), oa.size() * 4), 0);
   }
 }
 
@@ -211,7 +250,7 @@ TEST(KernelsAttention, KvHeadRangesMatchWholeCallBitExactly) {
 TEST(KernelsAttention, QueryTilesMatchSingleTokensBitExactly) {
   const Case c{9, 3, 64, 16, 75};
   for (Isa isa : supported_isas()) {
-    for (DType dtype : {DType::F32, DType::F16}) {
+    for (DType dtype : kKvDtypes) {
       IsaScope scope(isa);
       SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype));
       Pool p = make_pool(c, 21, dtype);
@@ -235,24 +274,32 @@ TEST(KernelsAttention, QueryTilesMatchSingleTokensBitExactly) {
   }
 }
 
-// An f16 cache gives (nearly) the f32 cache's output: the only change is K/V rounded to f16.
-TEST(KernelsAttention, F16CacheStaysCloseToF32Cache) {
+// A narrow cache gives (nearly) the f32 cache's output: the only change is K/V rounded as stored.
+// Bounds: f16 keeps ~11 bits (relative 2^-11 per value), bf16 8 bits; q8_0 rounds each value to
+// within half a step of max|x| / 127 per group of 32, q4_0 to within half of max|x| / 8 (measured
+// max differences on this case: f16 ~2e-4, bf16 ~2e-3, q8_0 ~3e-3, q4_0 ~4e-2).
+TEST(KernelsAttention, NarrowCachesStayCloseToF32Cache) {
   const Case c{9, 3, 64, 16, 200};
+  const std::pair<DType, double> bounds[] = {
+      {DType::F16, 2e-3}, {DType::BF16, 1e-2}, {DType::Q8_0, 1e-2}, {DType::Q4_0, 1e-1}};
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
-    SCOPED_TRACE(isa_name(isa));
     Pool p32 = make_pool(c, 31, DType::F32);
-    Pool p16 = make_pool(c, 31, DType::F16);
     auto q = random_floats(c.n_heads * c.head_dim, 32, -4.0f, 4.0f);
-    std::vector<float> o32(q.size()), o16(q.size());
+    std::vector<float> o32(q.size());
     attention(q.data(), c.n_heads, p32.kv, p32.table.data(), c.ctx_len, 0.125f, o32.data());
-    attention(q.data(), c.n_heads, p16.kv, p16.table.data(), c.ctx_len, 0.125f, o16.data());
-    double max_diff = 0.0;
-    for (size_t i = 0; i < q.size(); ++i) {
-      max_diff = std::max(max_diff, std::abs(static_cast<double>(o32[i]) - o16[i]));
+    for (const auto& [dtype, bound] : bounds) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype));
+      Pool pn = make_pool(c, 31, dtype);
+      std::vector<float> on(q.size());
+      attention(q.data(), c.n_heads, pn.kv, pn.table.data(), c.ctx_len, 0.125f, on.data());
+      double max_diff = 0.0;
+      for (size_t i = 0; i < q.size(); ++i) {
+        max_diff = std::max(max_diff, std::abs(static_cast<double>(o32[i]) - on[i]));
+      }
+      EXPECT_GT(max_diff, 0.0);  // the cache really holds the narrow rows
+      EXPECT_LT(max_diff, bound);
     }
-    EXPECT_GT(max_diff, 0.0);   // the cache really holds halves
-    EXPECT_LT(max_diff, 2e-3);  // f16 keeps ~11 bits: relative 2^-11 per value
   }
 }
 
@@ -276,6 +323,16 @@ TEST(KernelsAttention, StoreKvRoundsToF16LikeTheScalarConversion) {
     std::vector<float> f(x.size());
     store_kv(x.data(), n, DType::F32, f.data());
     EXPECT_EQ(std::memcmp(f.data(), x.data(), x.size() * 4), 0);
+    // bf16 and the quantized rows: the bits of the row format's writer.
+    for (DType dtype : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
+      for (int64_t hd : {8, 16, 64, 96, 128}) {
+        const int64_t bytes = kv_row_bytes(dtype, hd);
+        std::vector<uint8_t> got(static_cast<size_t>(bytes)), want(got.size());
+        store_kv(x.data() + 100, hd, dtype, got.data());
+        kv_write_row(x.data() + 100, hd, dtype, want.data());
+        EXPECT_EQ(got, want) << dtype_name(dtype) << " hd " << hd;
+      }
+    }
   }
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);        // rounds up to infinity
   EXPECT_EQ(f32_to_f16(1.00048828125f), 0x3c00);  // a tie rounds to even (down)
