@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -229,6 +230,29 @@ TEST(CliRun, ScoreKvBaselineMeasuresQuantizedCache) {
                              " -p 'Once upon a time' --kv-baseline q5_k");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("--kv-baseline"), std::string::npos) << bad.err;
+}
+
+// bench --prefix-from ram|disk: the second request's prefix comes back from that offload tier
+// (100 tokens: 6 full blocks of 16 before the one holding the last token).
+TEST(CliRun, BenchRestoresAPrefixFromEachOffloadTier) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const std::string dir = (test::scratch_dir("bench-offload") / "tier").string();
+  const std::string base = "bench -m " + test::shell_quote(model.string()) +
+                           " -p 0 -n 0 -r 1 --json --prefix-tokens 100 ";
+  for (const std::string& tier : {std::string("ram"), std::string("disk")}) {
+    auto r =
+        test::run_ember(base + "--prefix-from " + tier +
+                        (tier == "ram" ? " --kv-offload-ram 16MiB" : " --kv-offload-dir " + dir));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["prefix_cache"]["cached_tokens"], 96) << tier;
+    EXPECT_EQ(j["prefix_cache"]["restored_blocks"], 6) << tier;
+    EXPECT_GT(j["prefix_cache"]["tier_read_bytes"].get<double>(), 0) << tier;
+  }
+  auto bad = test::run_ember(base + "--prefix-from ram");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--kv-offload-ram"), std::string::npos) << bad.err;
 }
 
 TEST(CliRun, GreedyIsTheSameForEveryThreadCount) {

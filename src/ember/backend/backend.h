@@ -90,6 +90,13 @@ class KvStorage {
   virtual ~KvStorage() = default;
   const KvShape& shape() const { return shape_; }
 
+  // One block's bytes, every layer's K then V rows (shape().bytes_per_block() in all), copied out
+  // to host memory and back in: what the KV offload tiers (kv/kv_tier_store.h) keep of a block
+  // that leaves the pool. The layout is the backend's own; a block written back by the same
+  // backend with the same shape holds exactly what it held.
+  virtual void read_block(int32_t block, uint8_t* out) const = 0;
+  virtual void write_block(int32_t block, const uint8_t* in) = 0;
+
  private:
   KvShape shape_;
 };

@@ -25,10 +25,12 @@ struct BenchOptions {
   int64_t gen_tokens = 128;
   int64_t batch = 1;
   int repetitions = 3;
-  int64_t decode_context = 0;  // prompt tokens each decoding sequence starts from
-  int64_t prefix_tokens = 0;   // > 0: also time a prefix-cache hit on a prompt this long
-  bool probe = false;          // run a read-bandwidth probe before each tg repetition
-  int64_t probe_mb = 1024;     // its buffer
+  int64_t decode_context = 0;        // prompt tokens each decoding sequence starts from
+  int64_t prefix_tokens = 0;         // > 0: also time a prefix-cache hit on a prompt this long
+  std::string prefix_from = "pool";  // where the warm run finds the prefix: pool, ram or disk
+  KvOffloadOptions offload;
+  bool probe = false;       // run a read-bandwidth probe before each tg repetition
+  int64_t probe_mb = 1024;  // its buffer
   bool json = false;
 };
 
@@ -105,9 +107,15 @@ double time_decode(LLMEngine& engine, int64_t batch, int64_t n, int64_t context,
 struct PrefixResult {
   double cold = 0, warm = 0;
   int64_t cached = 0;
+  int64_t restored_blocks = 0;   // of the cached blocks, copied back from an offload tier
+  double tier_read_seconds = 0;  // time the tier spent reading them
+  int64_t tier_read_bytes = 0;
 };
+// --prefix-from ram|disk: between the two requests the cached blocks leave the pool for that tier
+// (disk: no RAM tier, and the files' pages are dropped from the page cache so the read is the
+// disk's).
 PrefixResult time_prefix_hit(const ModelWeights& weights, const LLMEngineOptions& base, int64_t n,
-                             std::mt19937& rng) {
+                             const std::string& from, std::mt19937& rng) {
   LLMEngineOptions eo = base;
   eo.engine.prefix_caching = true;
   eo.engine.max_context = std::max<int64_t>(eo.engine.max_context, n + 1);
@@ -125,10 +133,39 @@ PrefixResult time_prefix_hit(const ModelWeights& weights, const LLMEngineOptions
   };
   PrefixResult r;
   r.cold = first_token().cold;
+  if (from != "pool") engine.spill_cached_blocks();
+  if (from == "disk") engine.drop_disk_tier_page_cache();
+  const KvTierStats before = engine.kv_tier_stats();
   const PrefixResult warm = first_token();
+  const KvTierStats after = engine.kv_tier_stats();
   r.warm = warm.cold;
   r.cached = warm.cached;
+  const KvTierCounters& b = from == "disk" ? before.disk : before.ram;
+  const KvTierCounters& a = from == "disk" ? after.disk : after.ram;
+  r.restored_blocks = a.hits - b.hits;
+  r.tier_read_seconds = a.read_seconds - b.read_seconds;
+  r.tier_read_bytes = a.bytes_read - b.bytes_read;
   return r;
+}
+
+// The offload tiers of the prefix test (--kv-offload-*), checked against --prefix-from: ram needs a
+// RAM tier; disk a directory, and then no RAM tier, so that the blocks go straight to disk.
+KvTierOptions prefix_tiers(const BenchOptions& o) {
+  KvTierOptions tiers = o.offload.parsed();
+  if (o.prefix_from == "pool") return tiers;
+  if (o.prefix_tokens <= 0) {
+    throw Error::invalid_request("--prefix-from", "--prefix-from needs --prefix-tokens N");
+  }
+  if (o.prefix_from == "ram" && tiers.ram_bytes <= 0) {
+    throw Error::invalid_request("--prefix-from", "--prefix-from ram needs --kv-offload-ram");
+  }
+  if (o.prefix_from == "disk") {
+    if (tiers.disk_dir.empty()) {
+      throw Error::invalid_request("--prefix-from", "--prefix-from disk needs --kv-offload-dir");
+    }
+    tiers.ram_bytes = 0;
+  }
+  return tiers;
 }
 
 // Everything one bench invocation measured, and the facts its reports print beside it.
@@ -205,7 +242,11 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
       run.pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
     if (o.gen_tokens > 0) measure_decode(o, engine, rng, run);
   }
-  if (o.prefix_tokens > 0) run.prefix = time_prefix_hit(model.weights, eo, o.prefix_tokens, rng);
+  if (o.prefix_tokens > 0) {
+    LLMEngineOptions prefix_eo = eo;
+    prefix_eo.engine.kv_tiers = prefix_tiers(o);
+    run.prefix = time_prefix_hit(model.weights, prefix_eo, o.prefix_tokens, o.prefix_from, rng);
+  }
   run.copied_bytes = model.weights.copied_matrix_bytes();
   run.kv_bytes_per_token = engine.runner().kv_shape().bytes_per_token();
   run.backend = model.weights.backend->info();
@@ -276,7 +317,11 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
                          {"cached_tokens", p.cached},
                          {"ttft_cold_s", p.cold},
                          {"ttft_warm_s", p.warm},
-                         {"warm_over_cold", p.warm / p.cold}};
+                         {"warm_over_cold", p.warm / p.cold},
+                         {"prefix_from", o.prefix_from},
+                         {"restored_blocks", p.restored_blocks},
+                         {"tier_read_bytes", p.tier_read_bytes},
+                         {"tier_read_seconds", p.tier_read_seconds}};
   }
   std::printf("%s\n", j.dump(2).c_str());
 }
@@ -342,6 +387,13 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         "warm/cold %.3f\n",
         (long long)o.prefix_tokens, p.cold * 1e3, p.warm * 1e3, (long long)p.cached,
         p.warm / p.cold);
+    if (o.prefix_from != "pool") {
+      std::printf(
+          "  warm prefix restored from the %s tier: %lld blocks, %.1f MB in %.1f ms (%.2f GB/s)\n",
+          o.prefix_from.c_str(), (long long)p.restored_blocks, p.tier_read_bytes / 1e6,
+          p.tier_read_seconds * 1e3,
+          p.tier_read_seconds > 0 ? p.tier_read_bytes / p.tier_read_seconds / 1e9 : 0.0);
+    }
   }
 }
 
@@ -350,6 +402,7 @@ int bench_command(const BenchOptions& o) {
     throw Error(ErrorKind::InvalidArgument, "bench: -p and -n must be >= 0, --batch and -r >= 1");
   }
   if (o.probe_mb < 1) throw Error(ErrorKind::InvalidArgument, "bench: --probe-mb must be >= 1");
+  prefix_tiers(o);  // a bad flag fails before the model loads
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
   const LLMEngineOptions eo = bench_engine_options(o);
   const BenchRun run = measure(o, model, eo);
@@ -379,6 +432,12 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefix-tokens", o->prefix_tokens,
                   "Also time TTFT of a prefix-cache hit on a prompt this long");
+  cmd->add_option("--prefix-from", o->prefix_from,
+                  "Where the second request finds the prefix: pool (the KV pool), ram or disk "
+                  "(the cached blocks are moved to that offload tier between the requests)")
+      ->check(CLI::IsMember({"pool", "ram", "disk"}))
+      ->capture_default_str();
+  o->offload.add_to(*cmd);
   cmd->add_flag("--probe", o->probe,
                 "Before each decode repetition, measure the machine's read bandwidth and report "
                 "decode's weight stream as a share of it");

@@ -38,6 +38,7 @@ struct ServeOptions {
   double drain_timeout = 10.0;
   std::string api_key;       // --api-key
   std::string api_key_file;  // --api-key-file
+  KvOffloadOptions offload;
 };
 
 // The key from --api-key or the first line of --api-key-file ("" for none).
@@ -155,6 +156,18 @@ void print_startup(const LoadedModel& model, const AsyncEngine& engine,
                so.engine.engine.kv_dtype_label().c_str(),
                static_cast<long long>(engine.engine().kv().block_size()),
                so.engine.engine.prefix_caching ? "on" : "off", chat.name());
+  const KvTierOptions& t = so.engine.engine.kv_tiers;
+  if (t.enabled()) {
+    const KvTierStats s = engine.engine().kv_tier_stats();
+    std::fprintf(stderr, "[ember] KV offload: RAM tier %s, disk tier %s\n",
+                 t.ram_bytes > 0 ? format_bytes(static_cast<double>(t.ram_bytes)).c_str() : "off",
+                 t.disk_dir.empty() ? "off"
+                 : s.disk_enabled
+                     ? (t.disk_dir + " up to " + format_bytes(static_cast<double>(t.disk_bytes)) +
+                        ", " + std::to_string(s.disk.entries) + " blocks found")
+                           .c_str()
+                     : (t.disk_dir + " (unusable, off)").c_str());
+  }
 }
 
 int serve_command(const ServeOptions& o) {
@@ -190,6 +203,7 @@ int serve_command(const ServeOptions& o) {
   std::string kv_sizing;
   so.engine.engine.kv_blocks = kv_pool_blocks(o, model, so.engine.engine, &kv_sizing);
   so.engine.engine.prefix_caching = !o.no_prefix_cache;
+  so.engine.engine.kv_tiers = o.offload.parsed();
   so.engine.scheduler.max_sequences = o.max_seqs;
   so.engine.scheduler.max_batched_tokens = o.max_batched_tokens;
   so.max_waiting = o.max_waiting;
@@ -272,6 +286,7 @@ Command add_serve_command(CLI::App& app) {
                   "leave");
   cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix caching");
+  o->offload.add_to(*cmd);
   cmd->add_option("--max-waiting", o->max_waiting, "Queued requests before answering 429")
       ->capture_default_str();
   cmd->add_option(

@@ -6,6 +6,7 @@
 
 #include "ember/backend/kv_row_format.h"
 #include "ember/core/error.h"
+#include "ember/kv/capacity_plan.h"
 
 namespace ember::cli {
 
@@ -135,6 +136,31 @@ LLMEngineOptions ModelOptions::engine_options() const {
   o.engine.kv_rotate = kv_rotate;
   o.engine.max_context = context;
   return o;
+}
+
+void KvOffloadOptions::add_to(CLI::App& app) {
+  app.add_option("--kv-offload-ram", ram,
+                 "Keep prefix KV blocks that leave the pool in host RAM, up to this size (e.g. "
+                 "4GiB), LRU; a later prompt with the same prefix copies them back instead of "
+                 "recomputing");
+  app.add_option("--kv-offload-dir", dir,
+                 "Keep them on disk in this directory too (below the RAM tier): one checksummed "
+                 "file per block, kept across restarts");
+  app.add_option("--kv-offload-disk", disk,
+                 "Bound of the disk tier (default 10GiB), LRU; needs --kv-offload-dir");
+}
+
+KvTierOptions KvOffloadOptions::parsed() const {
+  KvTierOptions t;
+  if (!ram.empty()) t.ram_bytes = parse_byte_size(ram);
+  if (!disk.empty()) {
+    if (dir.empty()) {
+      throw Error::invalid_request("--kv-offload-disk", "--kv-offload-disk needs --kv-offload-dir");
+    }
+    t.disk_bytes = parse_byte_size(disk);
+  }
+  t.disk_dir = dir;
+  return t;
 }
 
 void SamplingOptions::add_to(CLI::App& app) {

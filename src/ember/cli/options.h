@@ -47,6 +47,15 @@ struct ModelOptions {
   DType parsed_kv_dtype_v() const;
 };
 
+// --kv-offload-ram / --kv-offload-dir / --kv-offload-disk (serve, bench): the KV offload tiers.
+struct KvOffloadOptions {
+  std::string ram;   // a size ("4GiB"); empty: no RAM tier
+  std::string dir;   // empty: no disk tier
+  std::string disk;  // the disk tier's bound; empty: 10 GiB
+  void add_to(CLI::App& app);
+  KvTierOptions parsed() const;  // throws ember::Error naming the flag
+};
+
 struct SamplingOptions {
   SamplingParams sampling;
   int64_t seed = -1;  // -1: a random seed, drawn once

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "ember/core/error.h"
 
@@ -80,7 +81,45 @@ LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
       runner_(weights, options.engine),
       scheduler_(scheduler_config(weights, options), runner_.kv_shape().n_blocks,
                  runner_.kv_shape().block_size, options.engine.prefix_caching) {
+  const KvTierOptions& tiers = options.engine.kv_tiers;
+  if (tiers.enabled()) {
+    if (!options.engine.prefix_caching) {
+      throw Error::invalid_request("--kv-offload-ram",
+                                   "KV offload tiers keep prefix blocks: they need prefix caching "
+                                   "(on by default in serve; --no-prefix-cache turns it off)");
+    }
+    kv_tiers_ = std::make_unique<KvTierStore>(
+        tiers, kv_fingerprint(weights.fingerprint, runner_.kv_shape()),
+        runner_.kv_shape().bytes_per_block());
+    kv_spill_ = std::make_unique<KvTierSpill>(*kv_tiers_, runner_.kv_storage());
+    scheduler_.set_spill(kv_spill_.get());
+  }
   update_gauges();
+}
+
+LLMEngine::~LLMEngine() {
+  if (!kv_tiers_) return;
+  try {
+    scheduler_.spill_cached();
+    kv_tiers_->persist();
+  } catch (const std::exception& e) {  // a destructor must not throw; the tiers are a cache
+    std::fprintf(stderr, "[ember] warning: KV offload tiers not saved: %s\n", e.what());
+  }
+  scheduler_.set_spill(nullptr);
+}
+
+void LLMEngine::spill_cached_blocks() {
+  if (!kv_tiers_) return;
+  scheduler_.spill_cached();
+  update_gauges();
+}
+
+void LLMEngine::drop_disk_tier_page_cache() {
+  if (kv_tiers_) kv_tiers_->drop_disk_page_cache();
+}
+
+KvTierStats LLMEngine::kv_tier_stats() const {
+  return kv_tiers_ ? kv_tiers_->stats() : KvTierStats{};
 }
 
 int64_t LLMEngine::max_request_tokens() const {
@@ -365,6 +404,10 @@ void LLMEngine::update_gauges() {
   metrics_.kv_blocks_free = kv.available_blocks() - kv.cached_blocks();
   metrics_.prefix_queried_blocks = kv.stats().queried_blocks;
   metrics_.prefix_hit_blocks = kv.stats().hit_blocks;
+  metrics_.prefix_restored_blocks = kv.stats().restored_blocks;
+  metrics_.kv_spilled_blocks = kv.stats().spilled_blocks;
+  metrics_.kv_offload = kv_tiers_ != nullptr;
+  if (kv_tiers_) metrics_.kv_tiers = kv_tiers_->stats();
   metrics_.preemptions_total = scheduler_.preemptions();
 }
 

@@ -25,6 +25,8 @@
 #include "ember/engine/request.h"
 #include "ember/engine/scheduler.h"
 #include "ember/engine/sequence.h"
+#include "ember/kv/kv_tier_spill.h"
+#include "ember/kv/kv_tier_store.h"
 #include "ember/tokenizer/tokenizer.h"
 
 namespace ember {
@@ -39,6 +41,11 @@ class LLMEngine {
   // tokenizer may be null: no text (token ids only) and no EOS stop.
   LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
             const LLMEngineOptions& options);
+  // With offload tiers: spills the cached blocks and persists the RAM tier to disk, so that a
+  // restarted engine finds the prefixes this one computed.
+  ~LLMEngine();
+  LLMEngine(const LLMEngine&) = delete;
+  LLMEngine& operator=(const LLMEngine&) = delete;
 
   // Checks a request and makes its Sequence; the one place where a request's max_tokens and
   // context fit are decided. Throws ember::Error (InvalidArgument naming the field, with reason
@@ -66,6 +73,13 @@ class LLMEngine {
   const ModelRunner& runner() const { return runner_; }
   const KvBlockManager& kv() const { return scheduler_.kv(); }
   int64_t kv_bytes_in_use() const;
+  // Moves every cached block no sequence holds out of the pool into the offload tiers (bench: a
+  // prefix restored from a tier; shutdown). No-op without tiers.
+  void spill_cached_blocks();
+  // Drops the disk tier's files from the OS page cache (bench: a restore that reads the disk).
+  void drop_disk_tier_page_cache();
+  // The tiers' counters (zeros without tiers).
+  KvTierStats kv_tier_stats() const;
 
  private:
   void drop_cancelled();
@@ -90,6 +104,8 @@ class LLMEngine {
   std::vector<int32_t> end_of_generation_;
   ModelRunner runner_;
   Scheduler scheduler_;
+  std::unique_ptr<KvTierStore> kv_tiers_;  // offload tiers, when configured
+  std::unique_ptr<KvTierSpill> kv_spill_;
   Batch batch_;
   std::unordered_map<int64_t, SessionCache> sessions_;
   mutable std::atomic<int64_t> next_id_{1};

@@ -33,6 +33,55 @@ void Histogram::render(const std::string& name, const std::string& help, std::st
   out += buf;
 }
 
+namespace {
+
+void append_metric(std::string& out, const std::string& name, const char* type,
+                   const std::string& help, double value) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name.c_str(),
+                help.c_str(), name.c_str(), type, name.c_str(), value);
+  out += buf;
+}
+
+}  // namespace
+
+void ServingMetrics::render_kv_tiers(std::string& out) const {
+  append_metric(out, "ember_prefix_cache_restored_blocks_total", "counter",
+                "Prefix blocks copied back from an offload tier instead of recomputed",
+                static_cast<double>(prefix_restored_blocks));
+  append_metric(out, "ember_kv_offload_spilled_blocks_total", "counter",
+                "Cached KV blocks handed to the offload tiers as they left the pool",
+                static_cast<double>(kv_spilled_blocks));
+  for (const auto& [tier, c] : {std::pair<std::string, const KvTierCounters&>{"ram", kv_tiers.ram},
+                                {"disk", kv_tiers.disk}}) {
+    const std::string p = "ember_kv_offload_" + tier + "_";
+    append_metric(out, p + "hits_total", "counter", "Blocks found in the " + tier + " tier",
+                  static_cast<double>(c.hits));
+    append_metric(out, p + "misses_total", "counter", "Lookups the " + tier + " tier missed",
+                  static_cast<double>(c.misses));
+    append_metric(out, p + "read_bytes_total", "counter",
+                  "Bytes restored from the " + tier + " tier", static_cast<double>(c.bytes_read));
+    append_metric(out, p + "written_bytes_total", "counter",
+                  "Bytes written to the " + tier + " tier", static_cast<double>(c.bytes_written));
+    append_metric(out, p + "read_seconds_total", "counter",
+                  "Time spent reading from the " + tier + " tier", c.read_seconds);
+    append_metric(out, p + "write_seconds_total", "counter",
+                  "Time spent writing to the " + tier + " tier", c.write_seconds);
+    append_metric(out, p + "entries", "gauge", "Blocks held by the " + tier + " tier",
+                  static_cast<double>(c.entries));
+    append_metric(out, p + "bytes", "gauge", "Bytes held by the " + tier + " tier",
+                  static_cast<double>(c.bytes));
+  }
+  append_metric(out, "ember_kv_offload_disk_rejected_total", "counter",
+                "Disk tier files found corrupt, truncated or foreign (deleted, never used)",
+                static_cast<double>(kv_tiers.disk_rejected));
+  append_metric(out, "ember_kv_offload_disk_write_failures_total", "counter",
+                "Disk tier writes that failed (the tier turns off at the first)",
+                static_cast<double>(kv_tiers.disk_write_failures));
+  append_metric(out, "ember_kv_offload_disk_enabled", "gauge", "1 while the disk tier is in use",
+                kv_tiers.disk_enabled ? 1.0 : 0.0);
+}
+
 std::string ServingMetrics::render_prometheus() const {
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, double value) {
@@ -78,6 +127,7 @@ std::string ServingMetrics::render_prometheus() const {
          prefix_queried_blocks > 0
              ? static_cast<double>(prefix_hit_blocks) / static_cast<double>(prefix_queried_blocks)
              : 0.0);
+  if (kv_offload) render_kv_tiers(out);
   ttft_seconds.render("ember_time_to_first_token_seconds", "Time from arrival to first token", out);
   inter_token_seconds.render("ember_inter_token_latency_seconds",
                              "Time between consecutive tokens of a request", out);

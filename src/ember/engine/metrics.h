@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "ember/kv/kv_tier_store.h"
+
 namespace ember {
 
 class Histogram {
@@ -41,10 +43,18 @@ struct ServingMetrics {
   int64_t kv_blocks_cached = 0;  // free but holding a cached prefix
   int64_t prefix_queried_blocks = 0;
   int64_t prefix_hit_blocks = 0;
+  int64_t prefix_restored_blocks = 0;  // of the hits, copied back from an offload tier
+  int64_t kv_spilled_blocks = 0;       // cached blocks handed to the offload tiers
+  bool kv_offload = false;             // tiers configured: their series are rendered
+  KvTierStats kv_tiers;
   Histogram ttft_seconds{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram inter_token_seconds{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 
   std::string render_prometheus() const;
+
+ private:
+  // ember_kv_offload_{ram,disk}_* series and the disk tier's faults.
+  void render_kv_tiers(std::string& out) const;
 };
 
 }  // namespace ember

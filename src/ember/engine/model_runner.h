@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ember/backend/backend.h"
+#include "ember/kv/kv_tier_store.h"
 #include "ember/model/model.h"
 #include "ember/model/weights.h"
 
@@ -28,6 +29,8 @@ struct EngineOptions {
   DType kv_dtype = DType::F32;
   std::optional<DType> kv_dtype_v;
   bool kv_rotate = false;  // store K rotated by a Hadamard matrix (KvShape::rotate_k)
+  // Offload tiers for prefix blocks that leave the pool (kv/kv_tier_store.h); need prefix_caching.
+  KvTierOptions kv_tiers;
   DType kv_dtype_of_v() const { return kv_dtype_v.value_or(kv_dtype); }
   // "q8_0", or "q8_0/f16" when K and V differ.
   std::string kv_dtype_label() const;
@@ -46,6 +49,7 @@ class ModelRunner {
 
   const ModelWeights& weights() const { return weights_; }
   const KvShape& kv_shape() const { return kv_->shape(); }
+  KvStorage& kv_storage() { return *kv_; }
   int64_t max_context() const { return max_context_; }
   int64_t vocab_size() const { return weights_.config.vocab_size; }
   int n_threads() const { return weights_.backend->info().threads; }

@@ -53,6 +53,8 @@ class Scheduler {
   void release(KvBlockTable& table) { kv_.release(table); }
 
   const KvBlockManager& kv() const { return kv_; }
+  void set_spill(KvBlockSpill* spill) { kv_.set_spill(spill); }
+  void spill_cached() { kv_.spill_cached(); }
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
   const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
   bool idle() const { return running_.empty() && waiting_.empty(); }

@@ -43,14 +43,46 @@ int32_t KvBlockManager::take_block() {
     free_list_.pop_back();
   } else if (!lru_.empty()) {
     block = lru_.front();  // evict the least recently used cached block
-    lru_.pop_front();
-    in_lru_[block] = false;
-    cache_.erase(block_hash_of_[block]);
-    block_hash_of_[block] = 0;
+    evict(block);
   } else {
     return -1;
   }
   ref_counts_[block] = 1;
+  return block;
+}
+
+void KvBlockManager::evict(int32_t block) {
+  lru_.erase(lru_pos_[block]);
+  in_lru_[block] = false;
+  auto it = cache_.find(block_hash_of_[block]);
+  if (spill_ != nullptr && it != cache_.end()) {
+    spill_->spill(block, it->first, it->second.tokens);
+    ++stats_.spilled_blocks;
+  }
+  cache_.erase(it);
+  block_hash_of_[block] = 0;
+}
+
+void KvBlockManager::spill_cached() {
+  while (!lru_.empty()) {
+    const int32_t block = lru_.front();
+    evict(block);
+    free_list_.push_back(block);
+  }
+}
+
+int32_t KvBlockManager::restore(uint64_t hash, std::span<const int32_t> tokens) {
+  if (spill_ == nullptr || cache_.count(hash) != 0) return -1;  // a colliding pool entry wins
+  const int32_t block = take_block();
+  if (block < 0) return -1;
+  if (!spill_->restore(block, hash, tokens)) {
+    ref_counts_[block] = 0;
+    free_list_.push_back(block);
+    return -1;
+  }
+  block_hash_of_[block] = hash;
+  cache_.emplace(hash, CachedBlock{block, {tokens.begin(), tokens.end()}});
+  ++stats_.restored_blocks;
   return block;
 }
 
@@ -87,14 +119,20 @@ int64_t KvBlockManager::match_prefix(KvBlockTable& table, std::span<const int32_
     auto block_tokens = tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs));
     uint64_t h = block_hash(parent, block_tokens);
     auto it = cache_.find(h);
-    if (it == cache_.end() ||
-        !std::equal(block_tokens.begin(), block_tokens.end(), it->second.tokens.begin())) {
+    int32_t block = -1;
+    if (it != cache_.end() &&
+        std::equal(block_tokens.begin(), block_tokens.end(), it->second.tokens.begin())) {
+      block = it->second.block;
+      retain(block);
+    } else {
+      block = restore(h, block_tokens);  // already counted once for the table
+    }
+    if (block < 0) {
       stats_.queried_blocks += candidates - i - 1;  // the rest cannot hit once the chain breaks
       break;
     }
     ++stats_.hit_blocks;
-    retain(it->second.block);
-    table.blocks.push_back(it->second.block);
+    table.blocks.push_back(block);
     table.hashes.push_back(h);
     parent = h;
   }

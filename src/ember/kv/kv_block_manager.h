@@ -6,6 +6,11 @@
 // block of its tokens whose hash is cached is shared (reference count + 1) instead of recomputed.
 // A block whose count drops to zero keeps its contents and hash and waits in an LRU list; it is
 // handed out again only when no never-used/uncached block is left, and then loses its hash.
+//
+// Offload tiers (kv_tier_store.h): with a KvBlockSpill attached, a cached block about to be handed
+// out again is first spilled (its bytes kept by a lower tier under its hash), and a prefix lookup
+// whose chain breaks in the pool asks the spill to restore the next blocks into fresh ones before
+// giving up, so a prefix that left the pool is copied back instead of recomputed.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +24,22 @@
 namespace ember {
 
 struct PrefixCacheStats {
-  int64_t queried_blocks = 0;  // full prompt blocks looked up
-  int64_t hit_blocks = 0;      // of which were found cached
+  int64_t queried_blocks = 0;   // full prompt blocks looked up
+  int64_t hit_blocks = 0;       // of which were found cached (in the pool or restored)
+  int64_t restored_blocks = 0;  // of the hits, copied back from an offload tier
+  int64_t spilled_blocks = 0;   // cached blocks handed to an offload tier as they left the pool
+};
+
+// Where cached blocks go when they leave the pool and come back from (the engine's offload tiers).
+class KvBlockSpill {
+ public:
+  virtual ~KvBlockSpill() = default;
+  // `block` holds the prefix block `hash` (its own tokens: `tokens`) and is about to be reused:
+  // keep its bytes.
+  virtual void spill(int32_t block, uint64_t hash, std::span<const int32_t> tokens) = 0;
+  // Fills `block` with the bytes kept for prefix block `hash` with these tokens; false if no tier
+  // has them (the block is then untouched).
+  virtual bool restore(int32_t block, uint64_t hash, std::span<const int32_t> tokens) = 0;
 };
 
 class KvBlockManager {
@@ -29,6 +48,12 @@ class KvBlockManager {
 
   int64_t block_size() const { return block_size_; }
   bool prefix_caching() const { return prefix_caching_; }
+  // Attaches the offload tiers (null: none). The spill must outlive the manager's use of it.
+  void set_spill(KvBlockSpill* spill) { spill_ = spill; }
+  // Spills every cached block no sequence holds (to the tiers, if attached) and frees it: the
+  // pool keeps only blocks in use. For shutdown (the disk tier outlives the process) and for
+  // measuring a restore.
+  void spill_cached();
 
   // For a sequence with an empty table: attaches every cached leading full block of `tokens`,
   // never the block holding the last token (its logits must be computed). Returns the number of
@@ -68,6 +93,10 @@ class KvBlockManager {
   };
 
   int32_t take_block();  // a free block, else the least recently used cached one; -1 if none
+  // Forgets cached block `block` (count 0, in the LRU), spilling it first.
+  void evict(int32_t block);
+  // Restores prefix block `hash` from a tier into a fresh block: the block, or -1.
+  int32_t restore(uint64_t hash, std::span<const int32_t> tokens);
   void retain(int32_t block);
   void drop(int32_t block);
   uint64_t block_hash(uint64_t parent, std::span<const int32_t> tokens) const;
@@ -83,6 +112,7 @@ class KvBlockManager {
   std::vector<std::list<int32_t>::iterator> lru_pos_;
   std::vector<bool> in_lru_;
   PrefixCacheStats stats_;
+  KvBlockSpill* spill_ = nullptr;
 };
 
 }  // namespace ember

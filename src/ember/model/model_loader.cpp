@@ -452,6 +452,42 @@ std::unique_ptr<Tokenizer> load_checkpoint_tokenizer(const Checkpoint& ckpt) {
   return load_tokenizer_json(ckpt.tokenizer_path);
 }
 
+namespace {
+
+// FNV-1a 64 over the config's shape, each stored tensor's name, dtype, shape and up to 4 KiB from
+// each end of its bytes (a fine-tune of the same shape differs there), the dummy seed, and the
+// dtype the matrices were loaded as. Reads a few pages per tensor, not the file.
+uint64_t weights_fingerprint(const Checkpoint& ckpt, const LoadOptions& options) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto mix = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) {
+      h ^= b[i];
+      h *= 0x100000001b3ull;
+    }
+  };
+  const ModelConfig& c = ckpt.config;
+  const int64_t shape[] = {c.n_layers,   c.d_model,  c.n_heads,
+                           c.n_kv_heads, c.head_dim, c.vocab_size};
+  mix(shape, sizeof shape);
+  mix(c.architecture.data(), c.architecture.size());
+  const int64_t load[] = {options.dtype ? static_cast<int64_t>(*options.dtype) : -1,
+                          options.dummy ? static_cast<int64_t>(options.dummy_seed) : -1};
+  mix(load, sizeof load);
+  for (const StoredTensor& t : ckpt.all_tensors) {
+    mix(t.stored_name.data(), t.stored_name.size());
+    mix(&t.view.dtype, sizeof t.view.dtype);
+    mix(t.view.shape.data(), t.view.shape.size() * sizeof(int64_t));
+    if (t.view.data == nullptr) continue;
+    const size_t n = static_cast<size_t>(t.view.nbytes), edge = std::min<size_t>(n, 4096);
+    mix(t.view.data, edge);
+    mix(t.view.data + (n - edge), edge);
+  }
+  return h;
+}
+
+}  // namespace
+
 LoadedModel load_model(const LoadOptions& options) {
   auto start = std::chrono::steady_clock::now();
   LoadedModel m;
@@ -461,6 +497,7 @@ LoadedModel load_model(const LoadOptions& options) {
   m.checkpoint = open_checkpoint(options.path, copts);
   m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed,
                             make_backend(options.backend), options.check_weights);
+  m.weights.fingerprint = weights_fingerprint(m.checkpoint, options);
   if (!m.weights.non_finite_tensors.empty()) {
     std::string names;
     for (const std::string& n : m.weights.non_finite_tensors)

@@ -53,6 +53,9 @@ struct ModelWeights {
   const float* rope_inv_freq = nullptr;    // [rope_dim / 2], scaling already applied
   // Stored names of tensors found holding NaN or Inf at load (load_model warns about them).
   std::vector<std::string> non_finite_tensors;
+  // Identifies these weights (load_model: the stored tensors' names, dtypes, shapes and sampled
+  // bytes, or the dummy seed; the load dtype): the KV offload tiers file entries under it.
+  uint64_t fingerprint = 0;
 
   // The backend that holds the weights and runs the model; the mappings the weights may point into.
   std::shared_ptr<Backend> backend;

@@ -1,5 +1,6 @@
 #include "ember/backend/cpu/host_kv_storage.h"
 
+#include <cstring>
 #include <string>
 
 #include "ember/core/error.h"
@@ -33,6 +34,34 @@ HostKvStorage::HostKvStorage(const KvShape& shape) : KvStorage(checked(shape)) {
   // keeps tools quiet. Faulted in now, as the engine's first steps should not pay for it.
   keys_ = HugePageBuffer(static_cast<size_t>(rows * shape.k_row_bytes()), /*prefault=*/true);
   values_ = HugePageBuffer(static_cast<size_t>(rows * shape.v_row_bytes()), /*prefault=*/true);
+}
+
+// A block's rows are contiguous within each layer's K (V) array: rows [block x n_kv x bs, + n_kv x
+// bs), as row_index() numbers them.
+void HostKvStorage::read_block(int32_t block, uint8_t* out) const {
+  const KvShape& s = shape();
+  const int64_t rows = s.n_kv_heads * s.block_size, first = row_index(block, 0, 0);
+  const auto k_bytes = static_cast<size_t>(rows * s.k_row_bytes());
+  const auto v_bytes = static_cast<size_t>(rows * s.v_row_bytes());
+  for (int64_t layer = 0; layer < s.n_layers; ++layer) {
+    std::memcpy(out, keys_.data() + (layer * layer_rows() + first) * s.k_row_bytes(), k_bytes);
+    out += k_bytes;
+    std::memcpy(out, values_.data() + (layer * layer_rows() + first) * s.v_row_bytes(), v_bytes);
+    out += v_bytes;
+  }
+}
+
+void HostKvStorage::write_block(int32_t block, const uint8_t* in) {
+  const KvShape& s = shape();
+  const int64_t rows = s.n_kv_heads * s.block_size, first = row_index(block, 0, 0);
+  const auto k_bytes = static_cast<size_t>(rows * s.k_row_bytes());
+  const auto v_bytes = static_cast<size_t>(rows * s.v_row_bytes());
+  for (int64_t layer = 0; layer < s.n_layers; ++layer) {
+    std::memcpy(k_at(layer, first), in, k_bytes);
+    in += k_bytes;
+    std::memcpy(v_at(layer, first), in, v_bytes);
+    in += v_bytes;
+  }
 }
 
 PagedKv HostKvStorage::layer_view(int64_t layer) const {

@@ -31,6 +31,8 @@ class HostKvStorage : public KvStorage {
     return values_.data() + (layer * layer_rows() + index) * shape().v_row_bytes();
   }
   PagedKv layer_view(int64_t layer) const;
+  void read_block(int32_t block, uint8_t* out) const override;
+  void write_block(int32_t block, const uint8_t* in) override;
 
  private:
   int64_t layer_rows() const {

@@ -50,6 +50,40 @@ CudaKvStorage::CudaKvStorage(const KvShape& shape) : KvStorage(shape) {
   check(cudaMemset(values_.get(), 0, bytes), "cudaMemset");
 }
 
+// The device layout is the host one ([block, kv head, slot] rows per layer): a block is one
+// contiguous run per layer in K and in V. Copies are synchronous (the engine's offload path).
+void CudaKvStorage::read_block(int32_t block, uint8_t* out) const {
+  const KvShape& s = shape();
+  const auto bytes = static_cast<size_t>(s.n_kv_heads * s.block_size * s.k_row_bytes());
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const DeviceKvLayer dl = layer(l);
+    check(cudaMemcpy(out, static_cast<const uint8_t*>(dl.k) + block * bytes, bytes,
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    out += bytes;
+    check(cudaMemcpy(out, static_cast<const uint8_t*>(dl.v) + block * bytes, bytes,
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    out += bytes;
+  }
+}
+
+void CudaKvStorage::write_block(int32_t block, const uint8_t* in) {
+  const KvShape& s = shape();
+  const auto bytes = static_cast<size_t>(s.n_kv_heads * s.block_size * s.k_row_bytes());
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const DeviceKvLayer dl = layer(l);
+    check(
+        cudaMemcpy(static_cast<uint8_t*>(dl.k) + block * bytes, in, bytes, cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+    in += bytes;
+    check(
+        cudaMemcpy(static_cast<uint8_t*>(dl.v) + block * bytes, in, bytes, cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+    in += bytes;
+  }
+}
+
 DeviceKvLayer CudaKvStorage::layer(int64_t layer) const {
   const KvShape& s = shape();
   const int64_t layer_bytes = s.n_blocks * s.block_size * s.n_kv_heads * s.k_row_bytes();

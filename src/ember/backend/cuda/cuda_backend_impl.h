@@ -45,6 +45,8 @@ class CudaKvStorage : public KvStorage {
  public:
   explicit CudaKvStorage(const KvShape& shape);
   DeviceKvLayer layer(int64_t layer) const;
+  void read_block(int32_t block, uint8_t* out) const override;
+  void write_block(int32_t block, const uint8_t* in) override;
 
  private:
   DeviceBuffer keys_;
