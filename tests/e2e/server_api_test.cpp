@@ -194,6 +194,43 @@ TEST_F(ServerApi, StopStringsAndLogprobs) {
   EXPECT_LE(lp["token_logprobs"][0].get<double>(), 0.0);
 }
 
+// logit_bias and min_tokens: +100 on EOS (id 2 in stories260K's vocabulary) ends a greedy
+// completion at once; min_tokens 5 holds EOS back for exactly 5 tokens; -100 on the greedy first
+// token makes the completion start with another one.
+TEST_F(ServerApi, LogitBiasAndMinTokens) {
+  const std::string c = "/v1/completions";
+  const json base = {{"prompt", "Once upon a time"}, {"max_tokens", 20}, {"temperature", 0}};
+  json eos = base;
+  eos["logit_bias"] = {{"2", 100}};
+  auto r = test::post_json(port_, c, eos);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0) << r.body;
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  eos["min_tokens"] = 5;
+  r = test::post_json(port_, c, eos);
+  ASSERT_EQ(r.status, 200) << r.body;
+  j = json::parse(r.body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5) << r.body;
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  const std::string greedy = test::ember_run_greedy(model_, "Once upon a time", 20);
+  // The greedy first token: the one after the prompt's in the tokenized prompt + continuation.
+  r = test::post_json(port_, "/tokenize", {{"content", "Once upon a time"}, {"add_special", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const size_t n_prompt = json::parse(r.body)["tokens"].size();
+  r = test::post_json(port_, "/tokenize",
+                      {{"content", "Once upon a time" + greedy}, {"add_special", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const int first = json::parse(r.body)["tokens"][n_prompt].get<int>();
+  json ban = base;
+  ban["logit_bias"] = {{std::to_string(first), -100}};
+  r = test::post_json(port_, c, ban);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string text = json::parse(r.body)["choices"][0]["text"];
+  EXPECT_FALSE(text.empty());
+  EXPECT_NE(text.substr(0, 3), greedy.substr(0, 3)) << text << " | " << greedy;
+}
+
 TEST_F(ServerApi, ChatStreamThroughCurlHasOpenAIsChunkFormat) {
   json body = {{"model", "stories260K"},
                {"messages", json::array({{{"role", "user"}, {"content", "Once upon a time"}}})},
@@ -284,8 +321,15 @@ TEST_F(ServerApi, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
   expect_error(test::post_json(port_, chat,
                                {{"messages", hi}, {"response_format", {{"type", "json_object"}}}}),
                400, "response_format");
-  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"logit_bias", {{"50", 5}}}}), 400,
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"logit_bias", {{"x7", 5}}}}), 400,
                "logit_bias");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"logit_bias", {{"7", 500}}}}), 400,
+               "logit_bias");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"logit_bias", {{"99999", 1}}}}), 400,
+               "logit_bias");  // outside the vocabulary
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"min_tokens", -1}}), 400, "min_tokens");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"min_tokens", 9}, {"max_tokens", 3}}),
+               400, "min_tokens");
   expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"frobnicate", 1}}), 400, "frobnicate");
   auto accepted = test::post_json(
       port_, chat, {{"messages", hi}, {"tools", nullptr}, {"user", "u-1"}, {"max_tokens", 2}});

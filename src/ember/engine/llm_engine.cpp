@@ -157,6 +157,18 @@ std::unique_ptr<Sequence> LLMEngine::make_sequence(GenerationRequest request) co
                    "max_tokens " + std::to_string(max_tokens) + " + " + std::to_string(n_prompt) +
                        " prompt tokens exceed the context of " + std::to_string(limit) + " tokens");
   }
+  for (const auto& [token, bias] : request.sampling.logit_bias) {
+    if (token < 0 || token >= vocab_size()) {
+      throw Error::invalid_request("logit_bias", "logit_bias token id " + std::to_string(token) +
+                                                     " is outside the vocabulary (size " +
+                                                     std::to_string(vocab_size()) + ")");
+    }
+  }
+  if (request.min_tokens < 0 || request.min_tokens > max_tokens) {
+    throw Error::invalid_request("min_tokens", "min_tokens " + std::to_string(request.min_tokens) +
+                                                   " must be between 0 and max_tokens (" +
+                                                   std::to_string(max_tokens) + ")");
+  }
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_.fetch_add(1);
   seq->arrival = next_arrival_.fetch_add(1);
@@ -330,7 +342,11 @@ void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
     finish(&s, FinishReason::Length);
     return;
   }
-  const int32_t token = s.sampler->sample(logits, s.tokens, static_cast<size_t>(s.n_prompt));
+  // min_tokens: the end-of-generation tokens are held back until enough were generated.
+  const bool hold_end = s.n_generated() < req.min_tokens && !req.ignore_eos;
+  const int32_t token = s.sampler->sample(
+      logits, s.tokens, static_cast<size_t>(s.n_prompt),
+      hold_end ? std::span<const int32_t>(end_of_generation_) : std::span<const int32_t>());
   const auto now = Sequence::Clock::now();
   {
     std::lock_guard<std::mutex> lock(metrics_mutex_);

@@ -28,6 +28,9 @@ struct GenerationRequest {
   bool stop_at_context = false;
   std::vector<std::string> stop;  // stop strings (matched across token boundaries)
   bool ignore_eos = false;
+  // End-of-generation tokens (EOS, end-of-turn) cannot be sampled before this many tokens were
+  // generated (vLLM's min_tokens); stop strings still apply.
+  int64_t min_tokens = 0;
   int32_t logprobs = -1;       // >= 0: report the chosen token's logprob (+ top-N alternatives)
   bool prompt_logits = false;  // events carry the logits of every prompt position (scoring)
   // SentencePiece: drop the space a leading '▁' stands for from the first text (a prompt that is

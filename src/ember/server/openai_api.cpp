@@ -182,6 +182,40 @@ std::optional<int64_t> get_max_tokens(const json& body) {
   return max_tokens;
 }
 
+// {"token id": bias in [-100, 100], ...}, as OpenAI takes it; the ids are checked against the
+// vocabulary when the request reaches the engine.
+std::vector<std::pair<int32_t, float>> get_logit_bias(const json& body) {
+  std::vector<std::pair<int32_t, float>> out;
+  const json* lb = field(body, "logit_bias");
+  if (lb == nullptr) return out;
+  if (!lb->is_object()) {
+    throw Error::invalid_request("logit_bias",
+                                 "'logit_bias' must be an object of token id -> bias");
+  }
+  if (lb->size() > 1024) {
+    throw Error::invalid_request("logit_bias", "'logit_bias' may hold at most 1024 tokens");
+  }
+  for (const auto& [key, value] : lb->items()) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != key.size() || id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      throw Error::invalid_request("logit_bias",
+                                   "'logit_bias' key '" + key + "' is not a token id");
+    }
+    if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
+      throw Error::invalid_request("logit_bias",
+                                   "'logit_bias' values must be numbers between -100 and 100");
+    }
+    out.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return out;
+}
+
 SamplingParams get_sampling(const json& body) {
   SamplingParams p;
   // OpenAI's defaults: temperature 1, nucleus off; ember's extra knobs off unless asked for.
@@ -207,6 +241,7 @@ SamplingParams get_sampling(const json& body) {
   p.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2, 2).value_or(0));
   p.frequency_penalty =
       static_cast<float>(get_number(body, "frequency_penalty", -2, 2).value_or(0));
+  p.logit_bias = get_logit_bias(body);
   return p;
 }
 
@@ -260,6 +295,8 @@ void refuse_unhandled_fields(Endpoint endpoint, const json& body) {
                                                "stop",
                                                "ignore_eos",
                                                "logprobs",
+                                               "logit_bias",
+                                               "min_tokens",
                                                "user"};
   static const std::set<std::string> completions = {"prompt", "echo", "best_of"};
   static const std::set<std::string> chat = {"messages", "top_logprobs"};
@@ -269,14 +306,12 @@ void refuse_unhandled_fields(Endpoint endpoint, const json& body) {
                                                 "function_call",
                                                 "parallel_tool_calls",
                                                 "response_format",
-                                                "logit_bias",
                                                 "suffix",
                                                 "modalities",
                                                 "audio",
                                                 "prediction",
                                                 "reasoning_effort",
                                                 "web_search_options",
-                                                "min_tokens",
                                                 "metadata",
                                                 "store",
                                                 "service_tier"};
@@ -326,6 +361,10 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
   g.sampling = get_sampling(body);
   g.stop = get_stop(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
+  if (auto m = get_int(body, "min_tokens")) {
+    if (*m < 0) throw Error::invalid_request("min_tokens", "'min_tokens' must be >= 0");
+    g.min_tokens = *m;
+  }
 
   get_logprobs(endpoint, body, req);
   // Last: a missing or malformed field the endpoint needs is the first thing to report.

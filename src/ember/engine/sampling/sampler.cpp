@@ -54,6 +54,17 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
   candidates_.reserve(static_cast<size_t>(vocab_size));
 }
 
+void Sampler::apply_bias(std::span<const int32_t> banned) {
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (token >= 0 && token < vocab_size_) candidates_[static_cast<size_t>(token)].first += bias;
+  }
+  for (int32_t token : banned) {
+    if (token >= 0 && token < vocab_size_) {
+      candidates_[static_cast<size_t>(token)].first = -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
 void Sampler::apply_penalties(std::span<const int32_t> history, size_t n_prompt) {
   // Repetition penalty (CTRL): each distinct token among the last repeat_last_n is penalised
   // once, however often it occurred. Dividing a positive logit / multiplying a negative one both
@@ -89,20 +100,22 @@ void Sampler::apply_penalties(std::span<const int32_t> history, size_t n_prompt)
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
-                        size_t n_prompt) {
+                        size_t n_prompt, std::span<const int32_t> banned) {
   if (logits.size() != static_cast<size_t>(vocab_size_)) {
     throw Error("sampler: got " + std::to_string(logits.size()) + " logits for a vocabulary of " +
                 std::to_string(vocab_size_));
   }
   const bool penalties = (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0) ||
                          params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
-  // Greedy without penalties reads the logits as they are (no copy of the vocabulary).
-  if (params_.temperature <= 0.0f && !penalties) return argmax(logits);
+  const bool biased = !params_.logit_bias.empty() || !banned.empty();
+  // Greedy without penalties or bias reads the logits as they are (no copy of the vocabulary).
+  if (params_.temperature <= 0.0f && !penalties && !biased) return argmax(logits);
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
     candidates_[i] = {logits[i], static_cast<int32_t>(i)};
   }
 
+  apply_bias(banned);
   apply_penalties(history, n_prompt);
 
   if (params_.temperature <= 0.0f) {

@@ -1,5 +1,6 @@
-// Turns one row of logits into a token, as one chain of logits processors: penalties (repetition
-// over the recent tokens, OpenAI presence / frequency over the generated ones) -> greedy
+// Turns one row of logits into a token, as one chain of logits processors: logit bias and banned
+// tokens -> penalties (repetition over the recent tokens, OpenAI presence / frequency over the
+// generated ones) -> greedy
 // (temperature 0) or top-k -> top-p -> min-p -> temperature -> seeded draw. Every sampling
 // decision of every command lives here. Same seed + same logits sequence -> same tokens.
 #pragma once
@@ -21,6 +22,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // OpenAI: subtracted once from every generated token's logit
   float frequency_penalty = 0.0f;  // OpenAI: times the token's count among the generated ones
   uint64_t seed = 0xE3BE2;
+  // OpenAI logit_bias: (token, bias) added to the token's logit before anything else; -100 in
+  // effect bans a token, +100 in effect forces it.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 class Sampler {
@@ -28,8 +32,10 @@ class Sampler {
   Sampler(const SamplingParams& params, int32_t vocab_size);
   // `logits`: [vocab_size]; `history`: the sequence's tokens so far (prompt + generated), of which
   // the first n_prompt are the prompt (presence / frequency penalties count only the rest).
+  // `banned`: tokens that may not be chosen this step (min_tokens holds back end-of-generation);
+  // if every token is banned or -inf, the first candidate is returned.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history,
-                 size_t n_prompt = 0);
+                 size_t n_prompt = 0, std::span<const int32_t> banned = {});
   const SamplingParams& params() const { return params_; }
 
  private:
@@ -40,6 +46,7 @@ class Sampler {
   std::vector<int32_t> scratch_tokens_;
 
   void apply_penalties(std::span<const int32_t> history, size_t n_prompt);
+  void apply_bias(std::span<const int32_t> banned);
 };
 
 // Index of the largest value; ties go to the lowest index.

@@ -190,3 +190,35 @@ TEST(Sampler, TemperatureSharpensAndFlattens) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// logit_bias shifts a token's logit before everything else; a banned token (min_tokens holding
+// back EOS) is never drawn, greedy or sampled, whatever its bias.
+TEST(Sampler, LogitBiasAndBannedTokens) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f, -1.0f};
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.logit_bias = {{3, 100.0f}};
+  Sampler g(greedy, 4);
+  EXPECT_EQ(g.sample(logits, {}), 3);
+  const int32_t banned[] = {3, 0};
+  EXPECT_EQ(g.sample(logits, {}, 0, banned), 1);
+  SamplingParams warm;
+  warm.temperature = 1.0f;
+  warm.top_k = 0;
+  warm.top_p = 1.0f;
+  warm.min_p = 0.0f;
+  warm.logit_bias = {{0, -100.0f}};
+  Sampler s(warm, 4);
+  int counts[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 20000; ++i) ++counts[s.sample(logits, {}, 0, std::span(banned, 1))];
+  EXPECT_EQ(counts[0], 0);  // -100: e^-98 against the others
+  EXPECT_EQ(counts[3], 0);  // banned
+  // The rest keep their softmax ratio: p(1) / p(2) = e.
+  EXPECT_NEAR(static_cast<double>(counts[1]) / counts[2], std::exp(1.0), 0.15);
+}
+
+}  // namespace
+}  // namespace ember
