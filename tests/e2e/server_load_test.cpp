@@ -113,6 +113,47 @@ TEST(ServerLoad, ThirtyTwoConcurrentStreamsAllComplete) {
   EXPECT_GE(m["ember_generation_tokens_total"], 32 * 8 + 31 * 32 / 2);
 }
 
+// serve --lookup 3: 32 concurrent greedy streams (some opting out with "speculative": false) give
+// exactly the text plain `ember run` gives, the guesses show in /metrics, and every block comes
+// back (the rejected guesses' included).
+TEST(ServerLoad, SpeculativeLookupUnderLoadKeepsGreedyOutputs) {
+  EMBER_REQUIRE_FIXTURE(stories_model());
+  test::ServerProcess server("-m " + test::shell_quote(stories_model()) +
+                             " -t 2 --max-seqs 32 --lookup 3 --draft-max 4");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  const std::vector<std::string> starts = {"Once upon a time", "Lily and Ben", "The dog",
+                                           "One day, a little"};
+  std::vector<std::future<StreamResult>> results;
+  for (int i = 0; i < 32; ++i) {
+    json req = {{"prompt", starts[static_cast<size_t>(i) % starts.size()]},
+                {"max_tokens", 40 + (i % 4) * 10},
+                {"temperature", 0},
+                {"ignore_eos", true},
+                {"stream", true},
+                {"stream_options", {{"include_usage", true}}}};
+    if (i % 8 == 7) req["speculative"] = false;
+    results.push_back(std::async(std::launch::async, stream_completion, server.port(), req));
+  }
+  std::map<std::string, std::string> expected;
+  for (int i = 0; i < 32; ++i) {
+    const std::string& p = starts[static_cast<size_t>(i) % starts.size()];
+    const int n = 40 + (i % 4) * 10;
+    const std::string key = p + "|" + std::to_string(n);
+    if (expected.count(key) == 0)
+      expected[key] = test::ember_run_greedy(stories_model(), p, n, true);
+    StreamResult r = results[static_cast<size_t>(i)].get();
+    EXPECT_EQ(r.status, 200) << "request " << i << ": " << r.error;
+    EXPECT_EQ(r.completion_tokens, n) << "request " << i;
+    EXPECT_EQ(r.text, expected[key]) << "request " << i;
+  }
+  EXPECT_TRUE(wait_for_metrics(server.port(), pool_is_idle))
+      << test::http_get(server.port(), "/metrics").body;
+  auto m = test::server_metrics(server.port());
+  EXPECT_GT(m["ember_spec_draft_tokens_total"], 0);
+  EXPECT_GT(m["ember_spec_accepted_tokens_total"], 0);
+  EXPECT_GT(m["ember_spec_mean_accepted_length"], 1.0);
+}
+
 TEST(ServerLoad, PrefixCacheHitsShowInUsageAndMetrics) {
   EMBER_REQUIRE_FIXTURE(stories_model());
   test::ServerProcess server("-m " + test::shell_quote(stories_model()) + " -t 2");

@@ -178,6 +178,7 @@ struct BenchRun {
   int64_t matrix_bytes = 0, copied_bytes = 0;
   BackendInfo backend;
   int64_t kv_bytes_per_token = 0;  // K + V of one token across all layers, in the cache's dtype
+  SpeculativeStats spec;           // --lookup: over all decode repetitions
   bool interleaved =
       false;  // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl are interleaved at load unless --no-interleave
 };
@@ -249,6 +250,7 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
   }
   run.copied_bytes = model.weights.copied_matrix_bytes();
   run.kv_bytes_per_token = engine.runner().kv_shape().bytes_per_token();
+  run.spec = engine.speculative_stats();
   run.backend = model.weights.backend->info();
   run.interleaved = !model.weights.layers.empty() &&
                     model.weights.layers[0].wq.layout == WeightLayout::Interleaved8;
@@ -297,6 +299,18 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
     j["decode_context"] = o.decode_context;
     j["kv_bytes_per_token"] = run.kv_bytes_per_token;
     j["kv_bytes_read_per_generated_token"] = kv_bytes_read_per_token(o, run);
+    if (eo.speculative.enabled()) {
+      j["speculative"] = {{"proposer", "lookup"},
+                          {"lookup_ngram", eo.speculative.lookup_ngram},
+                          {"draft_max", eo.speculative.draft_max},
+                          {"verify_steps", run.spec.verify_steps},
+                          {"drafted", run.spec.drafted},
+                          {"accepted", run.spec.accepted},
+                          {"acceptance_rate", run.spec.acceptance_rate()},
+                          {"mean_accepted_length", run.spec.mean_accepted_length()},
+                          {"propose_seconds", run.spec.propose_seconds},
+                          {"verify_seconds", run.spec.verify_seconds}};
+    }
   }
   if (run.probe || run.device_probe) {
     j["bandwidth"] = {
@@ -378,6 +392,14 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         "%.2f MB of KV per generated token (beside %.1f MB of weights per step)\n",
         static_cast<double>(run.kv_bytes_per_token) / 1e3, (long long)o.decode_context,
         kv_bytes_read_per_token(o, run) / 1e6, static_cast<double>(run.matrix_bytes) / 1e6);
+  }
+  if (eo.speculative.enabled() && !run.tg.empty()) {
+    std::printf(
+        "speculative (lookup %d, up to %d guesses): %lld guesses, %lld kept (acceptance %.1f%%), "
+        "%.2f tokens per verifying step\n",
+        eo.speculative.lookup_ngram, eo.speculative.draft_max, (long long)run.spec.drafted,
+        (long long)run.spec.accepted, 100 * run.spec.acceptance_rate(),
+        run.spec.mean_accepted_length());
   }
   if (run.probe || run.device_probe) print_probe_line(run, decode_weight_gbps(o, run));
   if (o.prefix_tokens > 0) {

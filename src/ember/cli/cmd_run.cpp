@@ -63,6 +63,16 @@ void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunSta
                s.ttft * 1e3, prefill_tps, decode_tps, static_cast<long long>(s.kv_bytes),
                static_cast<long long>(s.kv_bytes / kv.bytes_per_block()),
                static_cast<long long>(kv.block_size));
+  const SpeculativeStats& spec = engine.speculative_stats();
+  if (spec.verify_steps > 0 || spec.propose_seconds > 0) {
+    std::fprintf(
+        stderr,
+        "[ember] speculative (prompt lookup): %lld guesses, %lld kept (acceptance %.1f%%), "
+        "%.2f tokens per verifying step, propose %.2f ms, verify steps %.1f ms\n",
+        static_cast<long long>(spec.drafted), static_cast<long long>(spec.accepted),
+        100 * spec.acceptance_rate(), spec.mean_accepted_length(), spec.propose_seconds * 1e3,
+        spec.verify_seconds * 1e3);
+  }
 }
 
 int run_command(const RunOptions& o) {

@@ -35,6 +35,13 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
       ->capture_default_str();
   app.add_option("--kv-dtype-k", o.kv_dtype_k, "K cache dtype, overriding --kv-dtype for K");
   app.add_option("--kv-dtype-v", o.kv_dtype_v, "V cache dtype, overriding --kv-dtype for V");
+  app.add_option("--lookup", o.lookup,
+                 "Speculative decoding by prompt lookup: guess the next tokens by matching the "
+                 "last N tokens (N down to 1) earlier in the prompt and output; the output is "
+                 "unchanged, only faster where it repeats its input (0: off)")
+      ->capture_default_str();
+  app.add_option("--draft-max", o.draft_max, "Speculative guesses per step (1..64)")
+      ->capture_default_str();
   app.add_flag("--kv-rotate", o.kv_rotate,
                "Store K multiplied by a Hadamard matrix per quantization group (queries rotated "
                "alike, scores unchanged): spreads K's outlier channels before quantization, for "
@@ -134,6 +141,8 @@ LLMEngineOptions ModelOptions::engine_options() const {
   o.engine.kv_dtype = parsed_kv_dtype();
   if (const DType v = parsed_kv_dtype_v(); v != o.engine.kv_dtype) o.engine.kv_dtype_v = v;
   o.engine.kv_rotate = kv_rotate;
+  o.speculative.lookup_ngram = lookup;
+  o.speculative.draft_max = draft_max;
   o.engine.max_context = context;
   return o;
 }

@@ -37,6 +37,8 @@ struct ModelOptions {
   std::string kv_dtype_k;  // empty: as --kv-dtype
   std::string kv_dtype_v;
   bool kv_rotate = false;
+  int32_t lookup = 0;     // --lookup N: prompt-lookup speculation
+  int32_t draft_max = 5;  // --draft-max K
 
   void add_to(CLI::App& app, unsigned sets = 0);
   LoadOptions load_options(bool need_tokenizer) const;

@@ -80,7 +80,19 @@ LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
       end_of_generation_(end_of_generation_tokens(tokenizer)),
       runner_(weights, options.engine),
       scheduler_(scheduler_config(weights, options), runner_.kv_shape().n_blocks,
-                 runner_.kv_shape().block_size, options.engine.prefix_caching) {
+                 runner_.kv_shape().block_size, options.engine.prefix_caching),
+      speculative_(options.speculative) {
+  if (speculative_.lookup_ngram < 0 || speculative_.draft_max < 0 || speculative_.draft_max > 64) {
+    throw Error::invalid_request("--draft-max",
+                                 "--lookup must be >= 0 and --draft-max between 0 and 64");
+  }
+  if (speculative_.enabled() && scheduler_config(weights, options).sliding_window > 0) {
+    // The blocks behind the window are given back as the cache grows; guesses that are then cut
+    // off would have moved the window too far.
+    throw Error::invalid_request("--lookup",
+                                 "speculative decoding is not supported yet with a model whose "
+                                 "every layer has a sliding window");
+  }
   const KvTierOptions& tiers = options.engine.kv_tiers;
   if (tiers.enabled()) {
     if (!options.engine.prefix_caching) {
@@ -274,15 +286,21 @@ bool LLMEngine::step() {
     update_gauges();
     return false;
   }
+  if (speculative_.enabled()) propose_drafts();
   std::vector<std::unique_ptr<Sequence>> failed;
-  const std::vector<ScheduledChunk> chunks = scheduler_.schedule(failed);
+  std::vector<ScheduledChunk> chunks = scheduler_.schedule(failed);
+  if (speculative_.enabled()) settle_drafts(chunks);
   fail_unfittable(failed);
   if (chunks.empty()) {
     update_gauges();
     return !failed.empty();
   }
   build_batch(chunks);
+  const auto forward_start = Sequence::Clock::now();
   const std::span<const float> logits = runner_.run(batch_);
+  if (std::any_of(chunks.begin(), chunks.end(), [](const auto& c) { return c.seq->n_draft > 0; })) {
+    spec_stats_.verify_seconds += seconds_between(forward_start, Sequence::Clock::now());
+  }
   for (const ScheduledChunk& c : chunks) scheduler_.commit(c);
   deliver(chunks, logits);
   {
@@ -304,8 +322,10 @@ void LLMEngine::build_batch(const std::vector<ScheduledChunk>& chunks) {
     batch_.tokens.insert(batch_.tokens.end(), begin, begin + c.n_tokens);
     batch_.sequences.push_back({s.block_table.blocks.data(), s.n_cached, c.n_tokens});
     const bool all_rows = s.request.prompt_logits && !s.prefilled();
+    // A chunk with guesses: a row for the last sampled token and one per guess.
+    const int64_t last_rows = c.completes ? 1 + s.n_draft : 0;
     for (int64_t i = 0; i < c.n_tokens; ++i) {
-      if (all_rows || (c.completes && i == c.n_tokens - 1)) {
+      if (all_rows || i >= c.n_tokens - last_rows) {
         batch_.logit_rows.push_back(first_row + static_cast<int32_t>(i));
       }
     }
@@ -321,7 +341,8 @@ void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<con
     Sequence& s = *c.seq;
     const int64_t start = s.n_cached - c.n_tokens;
     const bool all_rows = s.request.prompt_logits && start < s.n_prompt;
-    const auto n_rows = static_cast<size_t>(all_rows ? c.n_tokens : (c.completes ? 1 : 0));
+    const auto n_rows =
+        static_cast<size_t>(all_rows ? c.n_tokens : (c.completes ? 1 + s.n_draft : 0));
     const std::span<const float> rows = logits.subspan(row * V, n_rows * V);
     row += n_rows;
     // A preempted sequence recomputes its prompt: rows already sent are not sent again.
@@ -332,21 +353,34 @@ void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<con
       s.prompt_logit_rows_sent = start + c.n_tokens;
       s.stream->push(std::move(e));
     }
-    if (c.completes) sample_next(s, rows.subspan(rows.size() - V, V));
+    if (c.completes && s.n_draft > 0) {
+      verify_drafts(s, rows);
+    } else if (c.completes) {
+      sample_next(s, rows.subspan(rows.size() - V, V));
+    }
   }
 }
 
 void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
-  const GenerationRequest& req = s.request;
   if (s.n_generated() >= s.max_tokens) {  // max_tokens 0: the prompt only (scoring)
     finish(&s, FinishReason::Length);
     return;
   }
+  emit_token(s, sample_token(s, logits, s.tokens.size()), logits);
+}
+
+int32_t LLMEngine::sample_token(Sequence& s, std::span<const float> logits, size_t history) {
+  const GenerationRequest& req = s.request;
   // min_tokens: the end-of-generation tokens are held back until enough were generated.
-  const bool hold_end = s.n_generated() < req.min_tokens && !req.ignore_eos;
-  const int32_t token = s.sampler->sample(
-      logits, s.tokens, static_cast<size_t>(s.n_prompt),
+  const bool hold_end =
+      static_cast<int64_t>(history) - s.n_prompt < req.min_tokens && !req.ignore_eos;
+  return s.sampler->sample(
+      logits, std::span<const int32_t>(s.tokens).first(history), static_cast<size_t>(s.n_prompt),
       hold_end ? std::span<const int32_t>(end_of_generation_) : std::span<const int32_t>());
+}
+
+bool LLMEngine::emit_token(Sequence& s, int32_t token, std::span<const float> logits) {
+  const GenerationRequest& req = s.request;
   const auto now = Sequence::Clock::now();
   {
     std::lock_guard<std::mutex> lock(metrics_mutex_);
@@ -362,7 +396,7 @@ void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
                     end_of_generation_.end();
   if (ends && !req.ignore_eos) {
     finish(&s, FinishReason::Stop);
-    return;
+    return false;
   }
   StreamEvent e;
   e.tokens.push_back(token);
@@ -377,10 +411,14 @@ void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
   s.stream->push(std::move(e));
   if (stopped) {
     finish(&s, FinishReason::Stop);
-  } else if (s.n_generated() >= s.max_tokens ||
-             static_cast<int64_t>(s.tokens.size()) >= max_request_tokens()) {
-    finish(&s, FinishReason::Length);
+    return false;
   }
+  if (s.n_generated() >= s.max_tokens ||
+      static_cast<int64_t>(s.tokens.size()) >= max_request_tokens()) {
+    finish(&s, FinishReason::Length);
+    return false;
+  }
+  return true;
 }
 
 void LLMEngine::finish(Sequence* s, FinishReason reason, const std::string& error) {
@@ -425,6 +463,8 @@ void LLMEngine::update_gauges() {
   metrics_.kv_offload = kv_tiers_ != nullptr;
   if (kv_tiers_) metrics_.kv_tiers = kv_tiers_->stats();
   metrics_.preemptions_total = scheduler_.preemptions();
+  metrics_.speculative = speculative_.enabled();
+  metrics_.spec = spec_stats_;
 }
 
 ServingMetrics LLMEngine::metrics() const {

@@ -25,6 +25,7 @@
 #include "ember/engine/request.h"
 #include "ember/engine/scheduler.h"
 #include "ember/engine/sequence.h"
+#include "ember/engine/speculative.h"
 #include "ember/kv/kv_tier_spill.h"
 #include "ember/kv/kv_tier_store.h"
 #include "ember/tokenizer/tokenizer.h"
@@ -32,8 +33,9 @@
 namespace ember {
 
 struct LLMEngineOptions {
-  EngineOptions engine;       // context, KV pool size, block size, prefix caching, KV dtype
-  SchedulerConfig scheduler;  // token budget, max sequences
+  EngineOptions engine;            // context, KV pool size, block size, prefix caching, KV dtype
+  SchedulerConfig scheduler;       // token budget, max sequences
+  SpeculativeOptions speculative;  // proposer for speculative decoding (off by default)
 };
 
 class LLMEngine {
@@ -78,6 +80,7 @@ class LLMEngine {
   void spill_cached_blocks();
   // Drops the disk tier's files from the OS page cache (bench: a restore that reads the disk).
   void drop_disk_tier_page_cache();
+  const SpeculativeStats& speculative_stats() const { return spec_stats_; }
   // The tiers' counters (zeros without tiers).
   KvTierStats kv_tier_stats() const;
 
@@ -87,6 +90,17 @@ class LLMEngine {
   void build_batch(const std::vector<ScheduledChunk>& chunks);
   void deliver(const std::vector<ScheduledChunk>& chunks, std::span<const float> logits);
   void sample_next(Sequence& s, std::span<const float> logits);
+  // The sampler's token for `logits`, with the first `history` of s.tokens as the history.
+  int32_t sample_token(Sequence& s, std::span<const float> logits, size_t history);
+  // Appends a sampled token and sends it (text, logprobs); finishes the sequence at EOS, a stop
+  // string, max_tokens or the context. Returns false when the sequence finished (it is gone).
+  bool emit_token(Sequence& s, int32_t token, std::span<const float> logits);
+  // Speculative decoding (llm_engine_speculative.cpp): guesses appended to the decoders' tokens
+  // before scheduling; guesses the schedule did not take removed after it; and the rows of a
+  // chunk that carried guesses sampled in order, keeping what matched.
+  void propose_drafts();
+  void settle_drafts(std::vector<ScheduledChunk>& chunks);
+  void verify_drafts(Sequence& s, std::span<const float> rows);
   void finish(Sequence* s, FinishReason reason, const std::string& error = "");
   void update_gauges();
   void resume_session(Sequence& seq);
@@ -106,6 +120,8 @@ class LLMEngine {
   Scheduler scheduler_;
   std::unique_ptr<KvTierStore> kv_tiers_;  // offload tiers, when configured
   std::unique_ptr<KvTierSpill> kv_spill_;
+  SpeculativeOptions speculative_;
+  SpeculativeStats spec_stats_;  // engine thread; copied into metrics_ by update_gauges
   Batch batch_;
   std::unordered_map<int64_t, SessionCache> sessions_;
   mutable std::atomic<int64_t> next_id_{1};

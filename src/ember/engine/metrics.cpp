@@ -128,6 +128,24 @@ std::string ServingMetrics::render_prometheus() const {
              ? static_cast<double>(prefix_hit_blocks) / static_cast<double>(prefix_queried_blocks)
              : 0.0);
   if (kv_offload) render_kv_tiers(out);
+  if (speculative) {
+    append_metric(out, "ember_spec_verify_steps_total", "counter",
+                  "Sequence-steps that verified speculative guesses",
+                  static_cast<double>(spec.verify_steps));
+    append_metric(out, "ember_spec_draft_tokens_total", "counter", "Speculative guesses fed",
+                  static_cast<double>(spec.drafted));
+    append_metric(out, "ember_spec_accepted_tokens_total", "counter", "Speculative guesses kept",
+                  static_cast<double>(spec.accepted));
+    append_metric(out, "ember_spec_acceptance_rate", "gauge", "Kept / fed guesses",
+                  spec.acceptance_rate());
+    append_metric(out, "ember_spec_mean_accepted_length", "gauge",
+                  "Tokens emitted per verifying sequence-step (kept guesses + 1)",
+                  spec.mean_accepted_length());
+    append_metric(out, "ember_spec_propose_seconds_total", "counter", "Time spent proposing",
+                  spec.propose_seconds);
+    append_metric(out, "ember_spec_verify_seconds_total", "counter",
+                  "Forward time of the steps that carried guesses", spec.verify_seconds);
+  }
   ttft_seconds.render("ember_time_to_first_token_seconds", "Time from arrival to first token", out);
   inter_token_seconds.render("ember_inter_token_latency_seconds",
                              "Time between consecutive tokens of a request", out);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/engine/speculative.h"
 #include "ember/kv/kv_tier_store.h"
 
 namespace ember {
@@ -47,6 +48,8 @@ struct ServingMetrics {
   int64_t kv_spilled_blocks = 0;       // cached blocks handed to the offload tiers
   bool kv_offload = false;             // tiers configured: their series are rendered
   KvTierStats kv_tiers;
+  bool speculative = false;  // a proposer is on: its series are rendered
+  SpeculativeStats spec;
   Histogram ttft_seconds{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram inter_token_seconds{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 

@@ -31,6 +31,9 @@ struct GenerationRequest {
   // End-of-generation tokens (EOS, end-of-turn) cannot be sampled before this many tokens were
   // generated (vLLM's min_tokens); stop strings still apply.
   int64_t min_tokens = 0;
+  // false: never speculate for this request (the server's "speculative": false), even when the
+  // engine has a proposer.
+  bool speculative = true;
   int32_t logprobs = -1;       // >= 0: report the chosen token's logprob (+ top-N alternatives)
   bool prompt_logits = false;  // events carry the logits of every prompt position (scoring)
   // SentencePiece: drop the space a leading '▁' stands for from the first text (a prompt that is

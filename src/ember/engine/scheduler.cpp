@@ -43,7 +43,8 @@ void Scheduler::schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& b
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < running_.size() && budget > 0;) {
       Sequence* s = running_[i].get();
-      const bool decoding = s->pending_tokens() == 1 && s->prefilled();
+      // A decoder's chunk is its last sampled token plus any speculative guesses.
+      const bool decoding = s->pending_tokens() - s->n_draft == 1 && s->prefilled();
       if ((pass == 0) != decoding ||
           std::any_of(chunks.begin(), chunks.end(), [&](const auto& c) { return c.seq == s; })) {
         ++i;

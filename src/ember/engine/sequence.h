@@ -27,6 +27,9 @@ struct Sequence {
   int64_t n_prompt = 0;
   int64_t max_tokens = 0;  // resolved at arrival (GenerationRequest::max_tokens)
   int64_t n_cached = 0;    // tokens whose K/V are in the cache (a prefix of tokens)
+  // Speculative decoding: the last n_draft entries of tokens are a proposer's guesses for this
+  // step, not yet sampled (engine/speculative.h); 0 outside a step.
+  int64_t n_draft = 0;
   KvBlockTable block_table;
 
   int64_t prompt_logit_rows_sent = 0;  // GenerationRequest::prompt_logits

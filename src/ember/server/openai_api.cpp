@@ -297,6 +297,7 @@ void refuse_unhandled_fields(Endpoint endpoint, const json& body) {
                                                "logprobs",
                                                "logit_bias",
                                                "min_tokens",
+                                               "speculative",
                                                "user"};
   static const std::set<std::string> completions = {"prompt", "echo", "best_of"};
   static const std::set<std::string> chat = {"messages", "top_logprobs"};
@@ -361,6 +362,7 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
   g.sampling = get_sampling(body);
   g.stop = get_stop(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
+  g.speculative = get_bool(body, "speculative", true);  // ember extension: opt out per request
   if (auto m = get_int(body, "min_tokens")) {
     if (*m < 0) throw Error::invalid_request("min_tokens", "'min_tokens' must be >= 0");
     g.min_tokens = *m;

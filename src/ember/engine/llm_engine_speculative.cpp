@@ -1,0 +1,92 @@
+// LLMEngine's speculative decoding (engine/speculative.h): guesses go into the decoders' token
+// lists before the schedule, come out again where the schedule did not take them, and after the
+// forward step each carrying sequence samples its rows in order and keeps the guesses its sampler
+// chose. Every emitted token is the sampler's draw for its row, so the output does not change.
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include "ember/engine/llm_engine.h"
+
+namespace ember {
+
+void LLMEngine::propose_drafts() {
+  const auto start = std::chrono::steady_clock::now();
+  for (const std::unique_ptr<Sequence>& ptr : scheduler_.running()) {
+    Sequence& s = *ptr;
+    if (!s.request.speculative || s.request.prompt_logits || !s.prefilled() ||
+        s.pending_tokens() != 1 || s.n_draft != 0) {
+      continue;
+    }
+    // The step emits up to k + 1 tokens: all must fit max_tokens and the context.
+    const int64_t room = std::min(s.max_tokens - s.n_generated(),
+                                  max_request_tokens() - static_cast<int64_t>(s.tokens.size())) -
+                         1;
+    const int64_t k = std::min<int64_t>(speculative_.draft_max, room);
+    if (k <= 0) continue;
+    const std::vector<int32_t> guesses = propose_lookup(s.tokens, speculative_.lookup_ngram, k);
+    s.tokens.insert(s.tokens.end(), guesses.begin(), guesses.end());
+    s.n_draft = static_cast<int64_t>(guesses.size());
+  }
+  spec_stats_.propose_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A chunk covers tokens [n_cached, n_cached + n): guesses past its end are dropped, and a chunk
+// that reaches the last sampled token now completes the sequence. Sequences left out of the step
+// (or preempted by it) drop all their guesses.
+void LLMEngine::settle_drafts(std::vector<ScheduledChunk>& chunks) {
+  std::unordered_set<const Sequence*> scheduled;
+  for (ScheduledChunk& c : chunks) {
+    Sequence& s = *c.seq;
+    scheduled.insert(&s);
+    if (s.n_draft == 0) continue;
+    const int64_t real_end = static_cast<int64_t>(s.tokens.size()) - s.n_draft;
+    const int64_t chunk_end = s.n_cached + c.n_tokens;
+    if (chunk_end >= real_end) {
+      s.tokens.resize(static_cast<size_t>(chunk_end));
+      s.n_draft = chunk_end - real_end;
+      c.completes = true;
+    } else {
+      s.tokens.resize(static_cast<size_t>(real_end));
+      s.n_draft = 0;
+    }
+  }
+  const auto strip = [&](Sequence& s) {
+    if (s.n_draft == 0 || scheduled.count(&s) != 0) return;
+    s.tokens.resize(s.tokens.size() - static_cast<size_t>(s.n_draft));
+    s.n_draft = 0;
+  };
+  for (const auto& s : scheduler_.running()) strip(*s);
+  for (const auto& s : scheduler_.waiting()) strip(*s);
+}
+
+// rows: [1 + n_draft, vocab], row j predicting the token after position real_end - 1 + j.
+void LLMEngine::verify_drafts(Sequence& s, std::span<const float> rows) {
+  const auto V = static_cast<size_t>(vocab_size());
+  const int64_t k = s.n_draft;
+  const int64_t real_end = static_cast<int64_t>(s.tokens.size()) - k;
+  std::vector<int32_t> chosen;
+  for (int64_t j = 0; j <= k; ++j) {
+    // Row j's history is everything before it: the real tokens and the j guesses kept so far,
+    // which are still in s.tokens.
+    const int32_t t = sample_token(s, rows.subspan(static_cast<size_t>(j) * V, V),
+                                   static_cast<size_t>(real_end + j));
+    chosen.push_back(t);
+    if (j == k || t != s.tokens[static_cast<size_t>(real_end + j)]) break;
+  }
+  const auto kept = static_cast<int64_t>(chosen.size()) - 1;
+  ++spec_stats_.verify_steps;
+  spec_stats_.drafted += k;
+  spec_stats_.accepted += kept;
+  // The cache holds the real tokens and all k guesses; keep the K/V of the kept ones only.
+  s.tokens.resize(static_cast<size_t>(real_end));
+  s.n_draft = 0;
+  s.n_cached = real_end + kept;
+  scheduler_.truncate(s.block_table, s.n_cached);
+  for (size_t j = 0; j < chosen.size(); ++j) {
+    if (!emit_token(s, chosen[j], rows.subspan(j * V, V))) return;  // finished: s is gone
+  }
+}
+
+}  // namespace ember

@@ -1,0 +1,50 @@
+// Speculative decoding's proposer and settings. A proposer guesses the next k tokens of a
+// sequence; the engine feeds the last sampled token plus the guesses in one forward step (a
+// prefill-shaped chunk), samples every row with the sequence's own sampler, and keeps the guesses
+// up to the first one the sampler did not choose, plus the token it chose there. As each kept token
+// is exactly the token the sampler drew for its row (one draw per emitted token, in order), the
+// output is the output without speculation, greedy or seeded: a proposal that is certain (q = 1
+// on one token) is accepted with probability p(token), which is drawing from p and comparing, and
+// on rejection the draw is p without the token, renormalized: the standard rule for that q.
+// The KV of rejected guesses is cut off (block table truncated) after the step.
+//
+// Proposers: prompt lookup (--lookup N): the continuation of the latest earlier occurrence of the
+// sequence's last n tokens (n = N down to 1) in its prompt and generated text. No model, no memory;
+// strong where the output repeats its input (editing, summarizing, code, quoting).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace ember {
+
+struct SpeculativeOptions {
+  int32_t lookup_ngram = 0;  // --lookup N: longest n-gram the proposer matches (0: off)
+  int32_t draft_max = 5;     // --draft-max K: guesses per step
+  bool enabled() const { return lookup_ngram > 0 && draft_max > 0; }
+};
+
+struct SpeculativeStats {
+  int64_t verify_steps = 0;  // sequence-steps that verified at least one guess
+  int64_t drafted = 0;       // guesses fed
+  int64_t accepted = 0;      // guesses kept
+  double propose_seconds = 0;
+  double verify_seconds = 0;  // forward time of the steps that carried guesses
+  double acceptance_rate() const {
+    return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+  }
+  // Tokens each verifying sequence-step emitted: the kept guesses plus the sampled one.
+  double mean_accepted_length() const {
+    return verify_steps > 0
+               ? 1.0 + static_cast<double>(accepted) / static_cast<double>(verify_steps)
+               : 0.0;
+  }
+};
+
+// Up to max_draft tokens following the latest earlier occurrence of tokens' last n tokens, for the
+// largest n in [1, max_ngram] that occurs; empty when none does.
+std::vector<int32_t> propose_lookup(std::span<const int32_t> tokens, int32_t max_ngram,
+                                    int64_t max_draft);
+
+}  // namespace ember
