@@ -3,6 +3,7 @@
 // Median and spread over repetitions, after a warm-up that is not counted.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -179,6 +180,7 @@ struct BenchRun {
   BackendInfo backend;
   int64_t kv_bytes_per_token = 0;  // K + V of one token across all layers, in the cache's dtype
   SpeculativeStats spec;           // --lookup: over all decode repetitions
+  std::vector<double> tg_plain;    // --lookup: the same decodes without speculation, alternating
   bool interleaved =
       false;  // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl are interleaved at load unless --no-interleave
 };
@@ -238,10 +240,26 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
     run.probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.probe_mb) << 20, huge);
     run.probe->measure(run.threads);  // warm-up pass
   }
+  // --lookup: an engine without speculation decodes the same prompts (the same random draws)
+  // between the speculative repetitions, for a same-run ratio.
+  std::unique_ptr<LLMEngine> plain;
+  if (eo.speculative.enabled() && o.gen_tokens > 0) {
+    LLMEngineOptions plain_eo = eo;
+    plain_eo.speculative = {};
+    plain = std::make_unique<LLMEngine>(model.weights, nullptr, plain_eo);
+    time_decode(*plain, o.batch, std::min<int64_t>(4, o.gen_tokens), 0, rng);
+  }
   for (int r = 0; r < o.repetitions; ++r) {
     if (o.prompt_tokens > 0)
       run.pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
-    if (o.gen_tokens > 0) measure_decode(o, engine, rng, run);
+    if (o.gen_tokens > 0) {
+      std::mt19937 same = rng;
+      measure_decode(o, engine, rng, run);
+      if (plain) {
+        run.tg_plain.push_back(static_cast<double>(o.batch * o.gen_tokens) /
+                               time_decode(*plain, o.batch, o.gen_tokens, o.decode_context, same));
+      }
+    }
   }
   if (o.prefix_tokens > 0) {
     LLMEngineOptions prefix_eo = eo;
@@ -262,6 +280,22 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
 double kv_bytes_read_per_token(const BenchOptions& o, const BenchRun& run) {
   const double context = static_cast<double>(o.decode_context) + 0.5 * o.gen_tokens;
   return context * static_cast<double>(run.kv_bytes_per_token);
+}
+
+// Speculation's speedup in this run (median of the per-repetition ratios) and the value the
+// acceptance rate a predicts for a free proposer, (1 - a^(k+1)) / (1 - a), with k the mean guesses
+// per verifying step (the engine adapts k; steps it skipped proposing count as plain ones).
+std::pair<double, double> speculative_speedup(const BenchRun& run) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < run.tg.size() && i < run.tg_plain.size(); ++i) {
+    ratios.push_back(run.tg[i] / run.tg_plain[i]);
+  }
+  const double a = std::min(run.spec.acceptance_rate(), 0.999999);
+  const double k = run.spec.verify_steps > 0 ? static_cast<double>(run.spec.drafted) /
+                                                   static_cast<double>(run.spec.verify_steps)
+                                             : 0.0;
+  const double theory = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
+  return {summarize(ratios).median, theory};
 }
 
 double decode_weight_gbps(const BenchOptions& o, const BenchRun& run) {
@@ -309,7 +343,10 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
                           {"acceptance_rate", run.spec.acceptance_rate()},
                           {"mean_accepted_length", run.spec.mean_accepted_length()},
                           {"propose_seconds", run.spec.propose_seconds},
-                          {"verify_seconds", run.spec.verify_seconds}};
+                          {"verify_seconds", run.spec.verify_seconds},
+                          {"tg_plain", series(o.gen_tokens, run.tg_plain)},
+                          {"speedup", speculative_speedup(run).first},
+                          {"theoretical_speedup", speculative_speedup(run).second}};
     }
   }
   if (run.probe || run.device_probe) {
@@ -400,6 +437,12 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         eo.speculative.lookup_ngram, eo.speculative.draft_max, (long long)run.spec.drafted,
         (long long)run.spec.accepted, 100 * run.spec.acceptance_rate(),
         run.spec.mean_accepted_length());
+    const auto [speedup, theory] = speculative_speedup(run);
+    std::printf(
+        "  plain decode of the same prompts %.1f tok/s; speedup %.2fx (median of %zu), "
+        "theoretical (1 - a^(k+1)) / (1 - a) = %.2fx: %.0f%% of it\n",
+        summarize(run.tg_plain).median, speedup, run.tg_plain.size(), theory,
+        100 * speedup / theory);
   }
   if (run.probe || run.device_probe) print_probe_line(run, decode_weight_gbps(o, run));
   if (o.prefix_tokens > 0) {

@@ -18,11 +18,16 @@ void LLMEngine::propose_drafts() {
         s.pending_tokens() != 1 || s.n_draft != 0) {
       continue;
     }
+    if (s.spec_wait > 0) {  // recent guesses all failed: decode plainly for a while
+      --s.spec_wait;
+      continue;
+    }
     // The step emits up to k + 1 tokens: all must fit max_tokens and the context.
     const int64_t room = std::min(s.max_tokens - s.n_generated(),
                                   max_request_tokens() - static_cast<int64_t>(s.tokens.size())) -
                          1;
-    const int64_t k = std::min<int64_t>(speculative_.draft_max, room);
+    const int64_t want = s.spec_k > 0 ? s.spec_k : speculative_.draft_max;
+    const int64_t k = std::min<int64_t>(want, room);
     if (k <= 0) continue;
     const std::vector<int32_t> guesses = propose_lookup(s.tokens, speculative_.lookup_ngram, k);
     s.tokens.insert(s.tokens.end(), guesses.begin(), guesses.end());
@@ -79,6 +84,15 @@ void LLMEngine::verify_drafts(Sequence& s, std::span<const float> rows) {
   ++spec_stats_.verify_steps;
   spec_stats_.drafted += k;
   spec_stats_.accepted += kept;
+  // Adapt: ask for one more guess than were kept (k + 1 after a full accept, up to --draft-max);
+  // after a total miss, skip proposing for 1, 2, 4 ... 16 steps.
+  s.spec_k = std::clamp<int64_t>(kept + 1, 1, speculative_.draft_max);
+  if (kept == 0) {
+    s.spec_backoff = std::min(16, std::max(1, 2 * s.spec_backoff));
+    s.spec_wait = s.spec_backoff;
+  } else {
+    s.spec_backoff = 0;
+  }
   // The cache holds the real tokens and all k guesses; keep the K/V of the kept ones only.
   s.tokens.resize(static_cast<size_t>(real_end));
   s.n_draft = 0;

@@ -30,6 +30,11 @@ struct Sequence {
   // Speculative decoding: the last n_draft entries of tokens are a proposer's guesses for this
   // step, not yet sampled (engine/speculative.h); 0 outside a step.
   int64_t n_draft = 0;
+  // Adaptive guessing: the guesses to ask for next (0: the engine's --draft-max), and how many more
+  // steps to skip proposing after guesses were all rejected (the skip doubles, up to 16 steps).
+  int64_t spec_k = 0;
+  int32_t spec_backoff = 0;
+  int32_t spec_wait = 0;
   KvBlockTable block_table;
 
   int64_t prompt_logit_rows_sent = 0;  // GenerationRequest::prompt_logits

@@ -14,8 +14,14 @@ std::vector<int32_t> propose_lookup(std::span<const int32_t> tokens, int32_t max
     // p + n, which must lie before the end (the tail itself is no match).
     for (int64_t p = size - n - 1; p >= 0; --p) {
       if (!std::equal(tail.begin(), tail.end(), tokens.begin() + p)) continue;
-      const int64_t from = p + n, to = std::min(size, from + max_draft);
-      return {tokens.begin() + from, tokens.begin() + to};
+      // The continuation reads on past the end into the guesses themselves: a loop of period
+      // size - n - p (the text repeating itself) is guessed a whole k ahead.
+      std::vector<int32_t> draft;
+      for (int64_t i = p + n; static_cast<int64_t>(draft.size()) < max_draft; ++i) {
+        draft.push_back(i < size ? tokens[static_cast<size_t>(i)]
+                                 : draft[static_cast<size_t>(i - size)]);
+      }
+      return draft;
     }
   }
   return {};

@@ -42,8 +42,9 @@ struct SpeculativeStats {
   }
 };
 
-// Up to max_draft tokens following the latest earlier occurrence of tokens' last n tokens, for the
-// largest n in [1, max_ngram] that occurs; empty when none does.
+// max_draft tokens following the latest earlier occurrence of tokens' last n tokens, for the
+// largest n in [1, max_ngram] that occurs (read on periodically past the end: the match says the
+// text repeats with that period); empty when none does.
 std::vector<int32_t> propose_lookup(std::span<const int32_t> tokens, int32_t max_ngram,
                                     int64_t max_draft);
 

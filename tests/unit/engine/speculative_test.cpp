@@ -19,16 +19,19 @@ namespace {
 
 TEST(PromptLookup, ProposesTheContinuationOfTheLatestLongestMatch) {
   const std::vector<int32_t> t = {5, 6, 7, 8, 9, 5, 6, 7, 1, 2, 5, 6, 7};
-  // "5 6 7" occurs at 0 and 5 before the tail: the latest (5) continues with 1 2 5 6 7.
+  // "5 6 7" occurs at 0 and 5 before the tail: the latest (5) continues with 1 2 5 6 7, and then
+  // periodically (the text repeats every 5 tokens from there): 1 2 5 6 7 1 2 ...
   EXPECT_EQ(propose_lookup(t, 3, 3), (std::vector<int32_t>{1, 2, 5}));
-  EXPECT_EQ(propose_lookup(t, 3, 10), (std::vector<int32_t>{1, 2, 5, 6, 7}));
+  EXPECT_EQ(propose_lookup(t, 3, 7), (std::vector<int32_t>{1, 2, 5, 6, 7, 1, 2}));
   // A 1-gram is tried when no longer one matches: the tail 4 never occurred, 9 -> 5.
   EXPECT_TRUE(propose_lookup(std::vector<int32_t>{1, 2, 3, 4}, 3, 5).empty());
   EXPECT_EQ(propose_lookup(std::vector<int32_t>{9, 5, 4, 9}, 2, 2), (std::vector<int32_t>{5, 4}));
+  EXPECT_EQ(propose_lookup(std::vector<int32_t>{9, 5, 4, 9}, 2, 4),
+            (std::vector<int32_t>{5, 4, 9, 5}));
   EXPECT_TRUE(propose_lookup(std::vector<int32_t>{1}, 3, 5).empty());
   EXPECT_TRUE(propose_lookup(t, 3, 0).empty());
-  // A repeated token proposes itself again (the continuation may overlap the tail).
-  EXPECT_EQ(propose_lookup(std::vector<int32_t>{4, 4, 4}, 2, 3), (std::vector<int32_t>{4}));
+  // A repeated token proposes itself k times (period 1).
+  EXPECT_EQ(propose_lookup(std::vector<int32_t>{4, 4, 4}, 2, 3), (std::vector<int32_t>{4, 4, 4}));
 }
 
 struct Generated {
