@@ -231,6 +231,63 @@ TEST_F(ServerApi, LogitBiasAndMinTokens) {
   EXPECT_NE(text.substr(0, 3), greedy.substr(0, 3)) << text << " | " << greedy;
 }
 
+// n = 3: three choices (index 0..2), choice i sampled with seed + i (so each equals an n = 1
+// request with that seed), usage counting the prompt once and every completion; choices 1 and 2
+// start after choice 0's prefill and find its full prompt blocks in the prefix cache. Streamed,
+// every choice's chunks carry its index and its own finish chunk, with the same text.
+TEST_F(ServerApi, NChoicesShareThePromptAndFollowTheirSeeds) {
+  const std::string c = "/v1/completions";
+  const std::string prompt = "Once upon a time, there was a little girl named Lily. She loved to";
+  json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0.9}, {"seed", 40}};
+  auto before = test::server_metrics(port_);
+  body["n"] = 3;
+  auto r = test::post_json(port_, c, body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 3u) << r.body;
+  auto after = test::server_metrics(port_);
+  EXPECT_GE(
+      after["ember_prefix_cache_hit_blocks_total"] - before["ember_prefix_cache_hit_blocks_total"],
+      2);  // choices 1 and 2 each hit the prompt's first full block
+  int64_t completion = 0;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 3; ++i) {
+    const json& choice = j["choices"][i];
+    EXPECT_EQ(choice["index"], i);
+    texts.push_back(choice["text"]);
+    json one = body;
+    one["n"] = 1;
+    one["seed"] = 40 + i;
+    auto single = test::post_json(port_, c, one);
+    ASSERT_EQ(single.status, 200) << single.body;
+    const json s = json::parse(single.body);
+    EXPECT_EQ(choice["text"], s["choices"][0]["text"]) << "choice " << i;
+    completion += s["usage"]["completion_tokens"].get<int64_t>();
+    if (i == 0) {
+      EXPECT_EQ(j["usage"]["prompt_tokens"], s["usage"]["prompt_tokens"]);
+    }
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], completion);
+  EXPECT_NE(texts[0], texts[1]);  // different seeds
+  body["stream"] = true;
+  const std::string out = curl_stream(body, c);
+  std::vector<std::string> streamed(3);
+  int finishes = 0;
+  for (const std::string& ev : test::sse_events(out)) {
+    if (ev == "[DONE]") continue;
+    const json chunk = json::parse(ev);
+    ASSERT_EQ(chunk["choices"].size(), 1u) << ev;
+    const int index = chunk["choices"][0]["index"];
+    ASSERT_GE(index, 0);
+    ASSERT_LT(index, 3);
+    streamed[static_cast<size_t>(index)] += chunk["choices"][0]["text"].get<std::string>();
+    finishes += !chunk["choices"][0]["finish_reason"].is_null();
+  }
+  EXPECT_EQ(finishes, 3);
+  EXPECT_EQ(streamed, texts);
+  EXPECT_EQ(out.substr(out.size() - 14), "data: [DONE]\n\n");
+}
+
 TEST_F(ServerApi, ChatStreamThroughCurlHasOpenAIsChunkFormat) {
   json body = {{"model", "stories260K"},
                {"messages", json::array({{{"role", "user"}, {"content", "Once upon a time"}}})},
@@ -307,7 +364,8 @@ TEST_F(ServerApi, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
                "max_tokens");
   expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"max_tokens", 100000}}), 400,
                "max_tokens");
-  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"n", 2}}), 400, "n");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"n", 17}}), 400, "n");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"n", 0}}), 400, "n");
   expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"stream", "yes"}}), 400, "stream");
   expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"stop", json::array({1})}}), 400,
                "stop");

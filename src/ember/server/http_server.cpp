@@ -81,17 +81,23 @@ Error transport_error(const httplib::Request& req, int status) {
 
 }  // namespace
 
-// What one request's stream has produced so far, and how to relay the next events.
-struct Relay {
-  ApiRequest api;
-  ResponseMeta meta;
+// One choice of a response: its engine stream and what it has produced so far.
+struct Choice {
   std::shared_ptr<RequestStream> stream;
-  std::shared_ptr<ActiveRequest> active;
   Completion acc;
-  bool started = false;
+  std::optional<StreamEvent> held;  // popped early (the wait for choice 0's prefill), not yet used
   bool done = false;
 
-  // Folds one event into `acc`; returns its (possibly adjusted) text.
+  std::optional<StreamEvent> pop(std::chrono::milliseconds timeout) {
+    if (held) {
+      std::optional<StreamEvent> e = std::move(held);
+      held.reset();
+      return e;
+    }
+    return stream->pop(timeout);
+  }
+
+  // Folds one event into `acc`; returns its text.
   std::string absorb(StreamEvent& e) {
     std::string text = std::move(e.text);
     acc.text += text;
@@ -104,6 +110,20 @@ struct Relay {
       acc.cached_prompt_tokens = e.cached_prompt_tokens;
     }
     return text;
+  }
+};
+
+// One response: its n choices (n > 1: choice i samples with seed + i) and how far the stream got.
+struct Relay {
+  ApiRequest api;
+  ResponseMeta meta;
+  std::vector<Choice> choices;
+  std::shared_ptr<ActiveRequest> active;
+  bool started = false;
+  bool done = false;
+
+  void cancel() {
+    for (Choice& c : choices) c.stream->cancel();
   }
 };
 
@@ -354,14 +374,27 @@ std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> p
                             prompt[0] == tokenizer_.bos_id() && tokenizer_.strip_space_after_bos();
   gen.prompt = std::move(prompt);
   gen.max_tokens = api.max_tokens.value_or(-1);  // the engine fits the default to the context
-  try {
-    relay->stream = engine_.submit(std::move(gen));
-  } catch (const Error& e) {
-    // The engine names the prompt "prompt"; a chat request's prompt is its messages.
-    if (e.field() == "prompt" && api.endpoint == Endpoint::ChatCompletions) {
-      throw Error::invalid_request("messages", e.what()).with_reason(e.reason());
+  const auto submit_choice = [&](int64_t index) {
+    GenerationRequest g = gen;
+    g.sampling.seed += static_cast<uint64_t>(index);
+    try {
+      relay->choices.push_back(Choice{engine_.submit(std::move(g)), {}, std::nullopt, false});
+    } catch (const Error& e) {
+      relay->cancel();
+      // The engine names the prompt "prompt"; a chat request's prompt is its messages.
+      if (e.field() == "prompt" && api.endpoint == Endpoint::ChatCompletions) {
+        throw Error::invalid_request("messages", e.what()).with_reason(e.reason());
+      }
+      throw;
     }
-    throw;
+  };
+  submit_choice(0);
+  if (api.n > 1) {
+    // The other choices start once choice 0 has its first token: its prompt's full blocks are in
+    // the prefix cache by then, so they share them instead of prefilling the prompt n times.
+    Choice& first = relay->choices[0];
+    while (!first.held) first.held = first.stream->pop(1000ms);
+    for (int64_t i = 1; i < api.n; ++i) submit_choice(i);
   }
 
   char id[48];
@@ -375,19 +408,26 @@ std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> p
 }
 
 void HttpServer::respond_whole(Relay& relay, httplib::Response& res) const {
-  while (!relay.done) {
-    std::optional<StreamEvent> e = relay.stream->pop(1000ms);
-    if (!e) continue;
-    relay.absorb(*e);
-    relay.done = e->finished;
-    if (e->finished && e->finish_reason == FinishReason::Error) {
-      throw Error(ErrorKind::Internal, e->error);
+  std::vector<Completion> results;
+  for (Choice& choice : relay.choices) {
+    while (!choice.done) {
+      std::optional<StreamEvent> e = choice.pop(1000ms);
+      if (!e) continue;
+      choice.absorb(*e);
+      choice.done = e->finished;
+      if (e->finished && e->finish_reason == FinishReason::Error) {
+        relay.cancel();
+        throw Error(ErrorKind::Internal, e->error);
+      }
+      if (e->finished && e->finish_reason == FinishReason::Cancelled) {
+        relay.cancel();
+        throw shutting_down("the request was cancelled: the server is shutting down");
+      }
     }
-    if (e->finished && e->finish_reason == FinishReason::Cancelled) {
-      throw shutting_down("the request was cancelled: the server is shutting down");
-    }
+    results.push_back(choice.acc);
   }
-  send_json(res, completion_response(relay.api, relay.meta, relay.acc, tokenizer_));
+  relay.done = true;
+  send_json(res, completion_response(relay.api, relay.meta, results, tokenizer_));
 }
 
 void HttpServer::respond_stream(const std::shared_ptr<Relay>& relay, httplib::Response& res) const {
@@ -399,14 +439,14 @@ void HttpServer::respond_stream(const std::shared_ptr<Relay>& relay, httplib::Re
         std::string out = next_events(*relay);
         // A failed write is how a vanished client shows itself: stop generating for it.
         if (!out.empty() && !sink.write(out.data(), out.size())) {
-          relay->stream->cancel();
+          relay->cancel();
           return false;
         }
         if (relay->done) sink.done();
         return true;
       },
       [relay](bool success) {
-        if (!success || !relay->done) relay->stream->cancel();
+        if (!success || !relay->done) relay->cancel();
       });
 }
 
@@ -415,31 +455,46 @@ std::string HttpServer::next_events(Relay& relay) const {
   if (!relay.started) {
     relay.started = true;
     if (relay.api.endpoint == Endpoint::ChatCompletions) {
-      out += chat_role_chunk(relay.api, relay.meta);
+      for (size_t i = 0; i < relay.choices.size(); ++i) {
+        out += chat_role_chunk(relay.api, relay.meta, static_cast<int64_t>(i));
+      }
     }
   }
-  // Wait briefly for the next event, then take whatever else is already queued, so one write
-  // carries every token the engine produced since the last one.
-  std::optional<StreamEvent> e = relay.stream->pop(out.empty() ? 100ms : 0ms);
-  while (e) {
-    int64_t offset = static_cast<int64_t>(relay.acc.text.size());
-    std::string text = relay.absorb(*e);
-    if (!text.empty() || !e->logprobs.empty()) {
-      out += delta_chunk(relay.api, relay.meta, text, e->logprobs, tokenizer_, offset);
-    }
-    if (e->finished) {
-      relay.done = true;
-      if (e->finish_reason == FinishReason::Error) {
-        // The status line is long gone: the error travels as an event in the same JSON shape.
-        out += sse_data(to_openai_error(Error(ErrorKind::Internal, e->error)).body);
-      } else {
-        out += finish_chunk(relay.api, relay.meta, e->finish_reason);
-        if (relay.api.include_usage) out += usage_chunk(relay.api, relay.meta, relay.acc);
+  // Wait briefly for the next event of the first unfinished choice, then take whatever else is
+  // already queued, so one write carries every token the engine produced since the last one.
+  for (size_t i = 0; i < relay.choices.size(); ++i) {
+    Choice& choice = relay.choices[i];
+    const auto index = static_cast<int64_t>(i);
+    if (choice.done) continue;
+    std::optional<StreamEvent> e = choice.pop(out.empty() ? 100ms : 0ms);
+    while (e) {
+      int64_t offset = static_cast<int64_t>(choice.acc.text.size());
+      std::string text = choice.absorb(*e);
+      if (!text.empty() || !e->logprobs.empty()) {
+        out += delta_chunk(relay.api, relay.meta, text, e->logprobs, tokenizer_, offset, index);
       }
-      out += sse_done();
-      break;
+      if (e->finished) {
+        choice.done = true;
+        if (e->finish_reason == FinishReason::Error) {
+          // The status line is long gone: the error travels as an event in the same JSON shape.
+          out += sse_data(to_openai_error(Error(ErrorKind::Internal, e->error)).body);
+        } else {
+          out += finish_chunk(relay.api, relay.meta, e->finish_reason, index);
+        }
+        break;
+      }
+      e = choice.pop(0ms);
     }
-    e = relay.stream->pop(0ms);
+  }
+  if (std::all_of(relay.choices.begin(), relay.choices.end(),
+                  [](const Choice& c) { return c.done; })) {
+    relay.done = true;
+    if (relay.api.include_usage) {
+      std::vector<Completion> accs;
+      for (const Choice& c : relay.choices) accs.push_back(c.acc);
+      out += usage_chunk(relay.api, relay.meta, total_usage(accs));
+    }
+    out += sse_done();
   }
   return out;
 }

@@ -346,8 +346,9 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
   } else {
     req.messages = get_messages(body);
   }
-  if (auto n = get_int(body, "n"); n && *n != 1) {
-    throw Error::invalid_request("n", "only n = 1 is supported");
+  if (auto n = get_int(body, "n")) {
+    if (*n < 1 || *n > 16) throw Error::invalid_request("n", "'n' must be between 1 and 16");
+    req.n = *n;
   }
   req.stream = get_bool(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
@@ -471,25 +472,40 @@ json usage_json(const Completion& c) {
           {"prompt_tokens_details", {{"cached_tokens", c.cached_prompt_tokens}}}};
 }
 
-json completion_response(const ApiRequest& req, const ResponseMeta& meta, const Completion& c,
-                         const Tokenizer& tokenizer) {
+Completion total_usage(const std::vector<Completion>& choices) {
+  Completion total;
+  if (choices.empty()) return total;
+  total.prompt_tokens = choices[0].prompt_tokens;
+  total.cached_prompt_tokens = choices[0].cached_prompt_tokens;
+  for (const Completion& c : choices) total.completion_tokens += c.completion_tokens;
+  return total;
+}
+
+json completion_response(const ApiRequest& req, const ResponseMeta& meta,
+                         const std::vector<Completion>& choices, const Tokenizer& tokenizer) {
   bool chat = req.endpoint == Endpoint::ChatCompletions;
-  json choice = {{"index", 0}, {"finish_reason", finish_reason_string(c.finish_reason)}};
   bool want_logprobs = req.generation.logprobs >= 0;
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
-    choice["logprobs"] = want_logprobs ? chat_logprobs_json(c.logprobs, tokenizer) : json(nullptr);
-  } else {
-    choice["text"] = c.text;
-    choice["logprobs"] =
-        want_logprobs ? completion_logprobs_json(c.logprobs, tokenizer, 0) : json(nullptr);
+  json array = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const Completion& c = choices[i];
+    json choice = {{"index", i}, {"finish_reason", finish_reason_string(c.finish_reason)}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      choice["logprobs"] =
+          want_logprobs ? chat_logprobs_json(c.logprobs, tokenizer) : json(nullptr);
+    } else {
+      choice["text"] = c.text;
+      choice["logprobs"] =
+          want_logprobs ? completion_logprobs_json(c.logprobs, tokenizer, 0) : json(nullptr);
+    }
+    array.push_back(std::move(choice));
   }
   json j = {{"id", meta.id},
             {"object", chat ? "chat.completion" : "text_completion"},
             {"created", meta.created},
             {"model", meta.model},
-            {"choices", json::array({choice})},
-            {"usage", usage_json(c)}};
+            {"choices", std::move(array)},
+            {"usage", usage_json(total_usage(choices))}};
   if (chat) j["system_fingerprint"] = "fp_ember";
   return j;
 }
@@ -502,9 +518,9 @@ std::string sse_done() {
   return "data: [DONE]\n\n";
 }
 
-std::string chat_role_chunk(const ApiRequest& req, const ResponseMeta& meta) {
+std::string chat_role_chunk(const ApiRequest& req, const ResponseMeta& meta, int64_t index) {
   json j = chunk_base(req, meta);
-  j["choices"] = json::array({{{"index", 0},
+  j["choices"] = json::array({{{"index", index},
                                {"delta", {{"role", "assistant"}, {"content", ""}}},
                                {"logprobs", nullptr},
                                {"finish_reason", nullptr}}});
@@ -513,10 +529,10 @@ std::string chat_role_chunk(const ApiRequest& req, const ResponseMeta& meta) {
 
 std::string delta_chunk(const ApiRequest& req, const ResponseMeta& meta, const std::string& text,
                         const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
-                        int64_t text_offset) {
+                        int64_t text_offset, int64_t index) {
   json j = chunk_base(req, meta);
   bool want_logprobs = req.generation.logprobs >= 0 && !logprobs.empty();
-  json choice = {{"index", 0}, {"finish_reason", nullptr}};
+  json choice = {{"index", index}, {"finish_reason", nullptr}};
   if (req.endpoint == Endpoint::ChatCompletions) {
     choice["delta"] = {{"content", text}};
     choice["logprobs"] = want_logprobs ? chat_logprobs_json(logprobs, tokenizer) : json(nullptr);
@@ -529,10 +545,11 @@ std::string delta_chunk(const ApiRequest& req, const ResponseMeta& meta, const s
   return sse_data(j);
 }
 
-std::string finish_chunk(const ApiRequest& req, const ResponseMeta& meta, FinishReason reason) {
+std::string finish_chunk(const ApiRequest& req, const ResponseMeta& meta, FinishReason reason,
+                         int64_t index) {
   json j = chunk_base(req, meta);
   json choice = {
-      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_string(reason)}};
+      {"index", index}, {"logprobs", nullptr}, {"finish_reason", finish_reason_string(reason)}};
   if (req.endpoint == Endpoint::ChatCompletions) {
     choice["delta"] = json::object();
   } else {

@@ -35,12 +35,13 @@ struct ApiRequest {
   bool prompt_is_ids = false;
   std::vector<ChatMessage> messages;  // chat
   std::optional<int64_t> max_tokens;  // absent: the server picks min(256, what fits)
+  int64_t n = 1;                      // choices; choice i samples with seed + i
   GenerationRequest generation;       // sampling, stop, penalties, logprobs, ignore_eos
   bool chat_logprobs = false;         // chat: logprobs: true
   int32_t top_logprobs = 0;           // chat: alternatives per token
 };
 
-// Parses and validates a request body. Wrong types, out-of-range values, n != 1, empty
+// Parses and validates a request body. Wrong types, out-of-range values (n outside 1..16), empty
 // messages and unknown roles give an InvalidArgument error naming the request field.
 std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_view body);
 
@@ -66,21 +67,25 @@ struct ResponseMeta {
 const char* finish_reason_string(FinishReason reason);
 
 nlohmann::json usage_json(const Completion& c);
-// Non-streaming response bodies.
+// The usage of n choices of one prompt: the prompt counted once, the completions summed.
+Completion total_usage(const std::vector<Completion>& choices);
+// Non-streaming response bodies: choice i of `choices` has index i.
 nlohmann::json completion_response(const ApiRequest& req, const ResponseMeta& meta,
-                                   const Completion& c, const Tokenizer& tokenizer);
+                                   const std::vector<Completion>& choices,
+                                   const Tokenizer& tokenizer);
 
 // Streaming: each returns one SSE event, "data: {...}\n\n".
 std::string sse_data(const nlohmann::json& chunk);
 std::string sse_done();  // "data: [DONE]\n\n"
 // The chat stream opens with a delta carrying only the role.
-std::string chat_role_chunk(const ApiRequest& req, const ResponseMeta& meta);
+std::string chat_role_chunk(const ApiRequest& req, const ResponseMeta& meta, int64_t index = 0);
 // A text increment (with its tokens' logprobs when asked for).
 std::string delta_chunk(const ApiRequest& req, const ResponseMeta& meta, const std::string& text,
                         const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
-                        int64_t text_offset);
+                        int64_t text_offset, int64_t index = 0);
 // The closing chunk: empty delta (chat) / empty text (completions) with finish_reason.
-std::string finish_chunk(const ApiRequest& req, const ResponseMeta& meta, FinishReason reason);
+std::string finish_chunk(const ApiRequest& req, const ResponseMeta& meta, FinishReason reason,
+                         int64_t index = 0);
 // stream_options.include_usage: a last chunk with no choices and the usage.
 std::string usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const Completion& c);
 

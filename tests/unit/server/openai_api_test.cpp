@@ -95,7 +95,8 @@ TEST(ServerOpenAIApi, RejectsBadRequestsNamingTheParameter) {
   expect_error(c, R"({"prompt": "a", "max_tokens": "5"})", "max_tokens");
   expect_error(c, R"({"prompt": "a", "temperature": 3})", "temperature");
   expect_error(c, R"({"prompt": "a", "top_p": "x"})", "top_p");
-  expect_error(c, R"({"prompt": "a", "n": 2})", "n");
+  expect_error(c, R"({"prompt": "a", "n": 17})", "n");
+  expect_error(c, R"({"prompt": "a", "n": 0})", "n");
   expect_error(c, R"({"prompt": "a", "stop": 5})", "stop");
   expect_error(c, R"({"prompt": "a", "stream": 1})", "stream");
   expect_error(c, R"({"prompt": "a", "logprobs": true})", "logprobs");
@@ -161,7 +162,7 @@ TEST_F(ServerOpenAIApiFormat, ChatChunksAndResponse) {
                                   {"total_tokens", 7},
                                   {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
-  json full = completion_response(req, meta, c, tok());
+  json full = completion_response(req, meta, {c}, tok());
   EXPECT_EQ(full["object"], "chat.completion");
   EXPECT_EQ(full["choices"][0]["message"]["content"], "Hi");
   EXPECT_EQ(full["choices"][0]["message"]["role"], "assistant");
@@ -182,7 +183,7 @@ TEST_F(ServerOpenAIApiFormat, CompletionLogprobs) {
   c.tokens = {300};
   c.logprobs = {lp};
   c.finish_reason = FinishReason::Length;
-  json full = completion_response(req, meta, c, tok());
+  json full = completion_response(req, meta, {c}, tok());
   EXPECT_EQ(full["object"], "text_completion");
   const json& l = full["choices"][0]["logprobs"];
   EXPECT_EQ(l["tokens"], json::array({tok().token_bytes(300)}));
