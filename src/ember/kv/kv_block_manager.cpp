@@ -73,6 +73,7 @@ void KvBlockManager::spill_cached() {
 
 int32_t KvBlockManager::restore(uint64_t hash, std::span<const int32_t> tokens) {
   if (spill_ == nullptr || cache_.count(hash) != 0) return -1;  // a colliding pool entry wins
+  if (!spill_->has(hash)) return -1;
   const int32_t block = take_block();
   if (block < 0) return -1;
   if (!spill_->restore(block, hash, tokens)) {

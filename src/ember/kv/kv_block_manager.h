@@ -37,6 +37,9 @@ class KvBlockSpill {
   // `block` holds the prefix block `hash` (its own tokens: `tokens`) and is about to be reused:
   // keep its bytes.
   virtual void spill(int32_t block, uint64_t hash, std::span<const int32_t> tokens) = 0;
+  // Whether a tier holds prefix block `hash` (asked before a block is taken for it, so a miss costs
+  // no eviction).
+  virtual bool has(uint64_t hash) = 0;
   // Fills `block` with the bytes kept for prefix block `hash` with these tokens; false if no tier
   // has them (the block is then untouched).
   virtual bool restore(int32_t block, uint64_t hash, std::span<const int32_t> tokens) = 0;

@@ -37,6 +37,7 @@ class KvTierSpill : public KvBlockSpill {
     storage_.read_block(block, staging_.data());
     tiers_.put(hash, tokens, staging_);
   }
+  bool has(uint64_t hash) override { return tiers_.contains(hash); }
   bool restore(int32_t block, uint64_t hash, std::span<const int32_t> tokens) override {
     if (!tiers_.get(hash, tokens, staging_)) return false;
     storage_.write_block(block, staging_.data());

@@ -53,6 +53,14 @@ void KvTierStore::put(uint64_t hash, std::span<const int32_t> tokens,
   ram_counters_.write_seconds += seconds_since(start);
 }
 
+bool KvTierStore::contains(uint64_t hash) {
+  if (ram_index_.count(hash) != 0) return true;
+  if (options_.ram_bytes >= block_bytes_) ++ram_counters_.misses;
+  if (disk_ && disk_->enabled() && disk_->contains(hash)) return true;
+  if (disk_ && disk_->enabled()) ++disk_counters_.misses;
+  return false;
+}
+
 bool KvTierStore::get(uint64_t hash, std::span<const int32_t> tokens, std::span<uint8_t> out) {
   auto start = std::chrono::steady_clock::now();
   if (auto it = ram_index_.find(hash); it != ram_index_.end()) {

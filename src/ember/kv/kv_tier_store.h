@@ -51,6 +51,9 @@ class KvTierStore {
   // Keeps a block's bytes: into RAM (pushing the least recently used there down to disk), or to
   // disk when there is no RAM tier.
   void put(uint64_t hash, std::span<const int32_t> tokens, std::span<const uint8_t> bytes);
+  // Whether RAM or disk holds an entry for `hash` (a lookup: absence counts as a miss of each
+  // tier).
+  bool contains(uint64_t hash);
   // Copies the block back into `out` (block_bytes), from RAM, else from disk.
   bool get(uint64_t hash, std::span<const int32_t> tokens, std::span<uint8_t> out);
   // Writes every RAM entry to disk (shutdown: what a restart should find).

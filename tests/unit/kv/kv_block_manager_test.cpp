@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
+#include <vector>
 
 #include "ember/core/error.h"
 #include "ember/kv/kv_block_manager.h"
@@ -96,6 +98,52 @@ TEST(KvBlockManager, CachedBlocksAreEvictedLeastRecentlyUsedFirst) {
   KvBlockTable c;
   EXPECT_EQ(kv.match_prefix(c, second), 8);  // the newest content survives
   kv.release(c);
+  EXPECT_EQ(kv.used_blocks(), 0);
+}
+
+// A spill that remembers which hashes it holds (no bytes: the manager only keeps books).
+struct FakeSpill : KvBlockSpill {
+  std::vector<uint64_t> held;
+  int spills = 0, restores = 0;
+  void spill(int32_t, uint64_t hash, std::span<const int32_t>) override {
+    held.push_back(hash);
+    ++spills;
+  }
+  bool has(uint64_t hash) override {
+    return std::find(held.begin(), held.end(), hash) != held.end();
+  }
+  bool restore(int32_t, uint64_t hash, std::span<const int32_t>) override {
+    ++restores;
+    return has(hash);
+  }
+};
+
+// Offload hooks: evicted cached blocks are spilled; a prefix whose blocks left the pool is restored
+// through the spill (counted as hits); a lookup the tiers cannot answer evicts nothing.
+TEST(KvBlockManager, SpilledBlocksAreRestoredAndMissesEvictNothing) {
+  KvBlockManager kv = small_manager(3, true);
+  FakeSpill spill;
+  kv.set_spill(&spill);
+  auto first = iota_tokens(9, 0), second = iota_tokens(9, 500), third = iota_tokens(9, 900);
+  KvBlockTable a, b, c;
+  ASSERT_TRUE(kv.reserve(a, 9));
+  kv.commit(a, first);
+  kv.release(a);                            // 2 cached blocks + 1 free
+  EXPECT_EQ(kv.match_prefix(c, third), 0);  // not in the pool, not in the tier
+  EXPECT_EQ(spill.spills, 0);               // ... and nothing was evicted to look
+  EXPECT_EQ(spill.restores, 0);
+  EXPECT_EQ(kv.cached_blocks(), 2);
+  ASSERT_TRUE(kv.reserve(b, 9));  // needs all 3 blocks: both cached ones are spilled
+  kv.commit(b, second);
+  EXPECT_EQ(spill.spills, 2);
+  EXPECT_EQ(kv.stats().spilled_blocks, 2);
+  kv.release(b);
+  KvBlockTable d;
+  EXPECT_EQ(kv.match_prefix(d, first), 8);  // both of first's blocks come back from the tier
+  EXPECT_EQ(kv.stats().restored_blocks, 2);
+  kv.release(d);
+  kv.spill_cached();  // shutdown: every cached block leaves the pool through the spill
+  EXPECT_EQ(kv.cached_blocks(), 0);
   EXPECT_EQ(kv.used_blocks(), 0);
 }
 
