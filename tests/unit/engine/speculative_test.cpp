@@ -133,8 +133,8 @@ TEST_F(SpeculativeEngine, GreedyIsExactOnTheSmolLM2ShapedDummy) {
   EMBER_REQUIRE_FIXTURE(config);
   const LoadedModel m = load(config.string(), true);
   std::vector<GenerationRequest> reqs = {
-      request(m, "The quick brown fox jumps over the lazy dog. The quick brown fox", 40, 0, 1),
-      request(m, "1 2 3 4 5 6 7 8 9 10 1 2 3", 30, 0, 2)};
+      request(m, "The quick brown fox jumps over the lazy dog. The quick brown fox", 24, 0, 1),
+      request(m, "1 2 3 4 5 6 7 8 9 10 1 2 3", 16, 0, 2)};
   expect_exact(m, reqs, 3, 5, true);
 }
 
