@@ -182,7 +182,7 @@ struct BenchRun {
   SpeculativeStats spec;           // --lookup: over all decode repetitions
   std::vector<double> tg_plain;    // --lookup: the same decodes without speculation, alternating
   bool interleaved =
-      false;  // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl are interleaved at load unless --no-interleave
+      false;  // see has_interleaved_layout: interleaved at load unless --no-interleave
 };
 
 LLMEngineOptions bench_engine_options(const BenchOptions& o) {

@@ -23,6 +23,11 @@
 //         so each chunk is widened by madd before it is summed.
 //   iq4_nl: nibbles mapped to the levels kIq4nlValues (-127..113) by a byte shuffle, then the sign
 //         trick as q8_0 (a maddubs lane up to 2 * 127 * 127 = 32258: one fits, two do not).
+//   q4_k / q5_k / q6_k: super-blocks of 256 against 8 activation blocks; each sub-block's exact
+//         integer dot is scaled by the rows' integer sub-block scales before it is converted
+//         (matmul_interleaved_kquant_tiles.inc). Against the row-by-row K-quant dots they replace,
+//         one thread in L2 (`ember_kernel_bench --benchmark_filter=BlockTypes`, 1536 x 576):
+//         q4_k 37 -> 58-82 GFLOP/s, q5_k 24-26 -> 42-57, q6_k 32-34 -> 40-54 (noisy VM).
 //
 // Determinism: each output's sum runs over blocks in order with exact integer block dots, the same
 // for every NT, tile and row range, so any T gives the same bits (interleaved matrices take 8-bit
@@ -30,6 +35,8 @@
 #include "ember/backend/cpu/avx2_matmul_interleaved.h"
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #include "ember/backend/cpu/avx2_prefetch.h"
 #include "ember/backend/cpu/avx2_util.h"
@@ -50,20 +57,7 @@ constexpr bool kUseVnni = false;
 void matmul_q8_interleaved(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
                            int64_t ldy, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
-  switch (w.dtype) {
-    case DType::Q8_0:
-      return matmul_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
-    case DType::Q5_0:
-      return matmul_dtype<DType::Q5_0>(xq, T, w, y, ldy, row_begin, row_end);
-    case DType::Q4_1:
-      return matmul_dtype<DType::Q4_1>(xq, T, w, y, ldy, row_begin, row_end);
-    case DType::Q5_1:
-      return matmul_dtype<DType::Q5_1>(xq, T, w, y, ldy, row_begin, row_end);
-    case DType::IQ4_NL:
-      return matmul_dtype<DType::IQ4_NL>(xq, T, w, y, ldy, row_begin, row_end);
-    default:
-      return matmul_dtype<DType::Q4_0>(xq, T, w, y, ldy, row_begin, row_end);
-  }
+  return matmul_any_dtype(xq, T, w, y, ldy, row_begin, row_end);
 }
 
 }  // namespace ember::cpu::avx2

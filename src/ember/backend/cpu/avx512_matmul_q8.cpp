@@ -1,9 +1,11 @@
-// AVX-512 (VNNI) q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl matmul against 8-bit activations: Interleaved8
-// matrices (what the loader makes) run the shared interleaved tiles with vpdpbusd (AVX512_VNNI on
-// 256-bit vectors: on CPUs that execute 512-bit ops as two halves the wider form gains nothing, and
-// the 8-row groups fill a 256-bit vector exactly); Rows-layout matrices (--no-interleave) keep the
-// AVX2 kernel.
+// AVX-512 (VNNI) matmul on 8-bit activations for q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k:
+// Interleaved8 matrices (what the loader makes) run the shared interleaved tiles with vpdpbusd
+// (AVX512_VNNI on 256-bit vectors: on CPUs that execute 512-bit ops as two halves the wider form
+// gains nothing, and the 8-row groups fill a 256-bit vector exactly); Rows-layout matrices
+// (--no-interleave) keep the AVX2 kernel.
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #include "ember/backend/cpu/avx2_prefetch.h"
 #include "ember/backend/cpu/avx2_util.h"
@@ -32,20 +34,7 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
     return avx2::matmul_q8(xq, T, w, y, ldy, row_begin, row_end);
   }
   if (row_begin >= row_end) return;
-  switch (w.dtype) {
-    case DType::Q8_0:
-      return matmul_dtype<DType::Q8_0>(xq, T, w, y, ldy, row_begin, row_end);
-    case DType::Q5_0:
-      return matmul_dtype<DType::Q5_0>(xq, T, w, y, ldy, row_begin, row_end);
-    case DType::Q4_1:
-      return matmul_dtype<DType::Q4_1>(xq, T, w, y, ldy, row_begin, row_end);
-    case DType::Q5_1:
-      return matmul_dtype<DType::Q5_1>(xq, T, w, y, ldy, row_begin, row_end);
-    case DType::IQ4_NL:
-      return matmul_dtype<DType::IQ4_NL>(xq, T, w, y, ldy, row_begin, row_end);
-    default:
-      return matmul_dtype<DType::Q4_0>(xq, T, w, y, ldy, row_begin, row_end);
-  }
+  return matmul_any_dtype(xq, T, w, y, ldy, row_begin, row_end);
 }
 
 }  // namespace ember::cpu::avx512

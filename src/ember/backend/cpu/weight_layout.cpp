@@ -40,28 +40,46 @@ uint32_t qh_from_q5_word(uint32_t word) {
 
 namespace {
 
-// A plain block as header fields (each interleaved as field[8], in order) then qs bytes
-// (interleaved 4 at a time as qs[c][r][4]). qh_field: the index of q5_0's fifth-bit word, which
-// is rearranged (q5_word_from_qh), or -1.
-struct BlockFields {
-  int sizes[3];
-  int n_fields;
-  int qh_field;
-  int qs_bytes;
+// A plain block as a sequence of fields in its own order. A header field of n bytes becomes
+// field[8][n] (the 8 rows side by side); a chunked field (quants) is interleaved 4 bytes at a time
+// as [c][r][4]. The 8-row block keeps the plain order of the fields. q5_word: q5_0's fifth-bit
+// word, rearranged (q5_word_from_qh).
+struct BlockField {
+  int bytes;
+  bool chunked;
+  bool q5_word;
 };
+
+struct BlockFields {
+  BlockField fields[7];
+  int n;
+};
+
+constexpr BlockField header(int bytes) {
+  return {bytes, false, false};
+}
+constexpr BlockField chunks(int bytes) {
+  return {bytes, true, false};
+}
 
 BlockFields block_fields(DType dtype) {
   switch (dtype) {
     case DType::Q8_0:
-      return {{2, 0, 0}, 1, -1, 32};
+      return {{header(2), chunks(32)}, 2};
     case DType::Q5_0:
-      return {{2, 4, 0}, 2, 1, 16};
+      return {{header(2), {4, false, true}, chunks(16)}, 3};
     case DType::Q4_1:
-      return {{2, 2, 0}, 2, -1, 16};
+      return {{header(2), header(2), chunks(16)}, 3};
     case DType::Q5_1:
-      return {{2, 2, 4}, 3, 2, 16};
+      return {{header(2), header(2), {4, false, true}, chunks(16)}, 4};
+    case DType::Q4_K:  // d, dmin, the three words of packed scales, qs
+      return {{header(2), header(2), header(4), header(4), header(4), chunks(128)}, 6};
+    case DType::Q5_K:  // as q4_k with qh (32 bytes) before qs
+      return {{header(2), header(2), header(4), header(4), header(4), chunks(32), chunks(128)}, 7};
+    case DType::Q6_K:  // ql, qh, the 16 int8 scales as four words, d
+      return {{chunks(128), chunks(64), header(4), header(4), header(4), header(4), header(2)}, 7};
     default:  // q4_0, iq4_nl
-      return {{2, 0, 0}, 1, -1, 16};
+      return {{header(2), chunks(16)}, 2};
   }
 }
 
@@ -79,21 +97,24 @@ void move_block(DType dtype, const uint8_t* from, uint8_t* to, int r) {
     }
   };
   int at_plain = 0, at_x8 = 0;
-  for (int i = 0; i < f.n_fields; ++i) {
-    const int n = f.sizes[i];
-    copy(at_plain, at_x8 + r * n, n);
-    if (i == f.qh_field) {  // rearrange the copied word in place
-      uint8_t* word = to + (kToX8 ? at_x8 + r * n : at_plain);
+  for (int i = 0; i < f.n; ++i) {
+    const BlockField& field = f.fields[i];
+    if (field.chunked) {
+      for (int c = 0; c < field.bytes / 4; ++c) {
+        copy(at_plain + 4 * c, at_x8 + (c * kInterleavedRows + r) * 4, 4);
+      }
+    } else {
+      copy(at_plain, at_x8 + r * field.bytes, field.bytes);
+    }
+    if (field.q5_word) {  // rearrange the copied word in place
+      uint8_t* word = to + (kToX8 ? at_x8 + r * field.bytes : at_plain);
       uint32_t v;
       std::memcpy(&v, word, 4);
       v = kToX8 ? q5_word_from_qh(v) : qh_from_q5_word(v);
       std::memcpy(word, &v, 4);
     }
-    at_plain += n;
-    at_x8 += kInterleavedRows * n;
-  }
-  for (int c = 0; c < f.qs_bytes / 4; ++c) {
-    copy(at_plain + 4 * c, at_x8 + (c * kInterleavedRows + r) * 4, 4);
+    at_plain += field.bytes;
+    at_x8 += kInterleavedRows * field.bytes;
   }
 }
 
@@ -102,9 +123,10 @@ void move_block(DType dtype, const uint8_t* from, uint8_t* to, int r) {
 WeightMatrix interleave_rows(const WeightMatrix& src, void* dst) {
   if (src.layout != WeightLayout::Rows || !has_interleaved_layout(src.dtype)) {
     throw Error(
-        "interleave_rows: want a q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl matrix in the Rows layout");
+        "interleave_rows: want a q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k matrix in the Rows "
+        "layout");
   }
-  const int64_t rb = src.row_bytes, nb = src.n_cols / kQuantBlock;
+  const int64_t rb = src.row_bytes, nb = src.n_cols / dtype_block_elems(src.dtype);
   const int64_t group_bytes = kInterleavedRows * rb;
   const int64_t plain_bytes = dtype_block_bytes(src.dtype);
   const int64_t x8_bytes = interleaved_block_bytes(src.dtype);
@@ -175,7 +197,7 @@ void rows_layout_row(const WeightMatrix& w, int64_t row, uint8_t* out) {
     return;
   }
   const int64_t plain_bytes = dtype_block_bytes(w.dtype);
-  for (int64_t b = 0; b < w.n_cols / kQuantBlock; ++b)
+  for (int64_t b = 0; b < w.n_cols / dtype_block_elems(w.dtype); ++b)
     plain_block(w, row, b, out + b * plain_bytes);
 }
 

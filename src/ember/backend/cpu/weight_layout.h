@@ -1,5 +1,5 @@
-// The Interleaved8 layout of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl matrices (WeightLayout in
-// kernels.h), made once at load.
+// The Interleaved8 layout of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q4_k / q5_k / q6_k
+// matrices (WeightLayout in kernels.h), made once at load.
 //
 // Rows are taken in groups of 8 (the last group zero-padded). For each block index b a group
 // stores the 8 rows' blocks side by side: their 8 f16 scales (q4_1 / q5_1: then their 8 mins;
@@ -71,6 +71,40 @@ struct BlockQ5_1x8 {
 };
 static_assert(sizeof(BlockQ5_1x8) == kInterleavedRows * sizeof(BlockQ5_1));
 
+// q4_k: per super-block of 256 the 8 rows' d and dmin, then the 12 bytes of packed 6-bit scales and
+// mins as three 4-byte words per row (word w = bytes 4w..4w+3 of BlockQ4_K::scales), so one 32-byte
+// load holds word w of all 8 rows and the scales unpack for 8 rows at once, one row per lane; then
+// the 128 quant bytes 4 at a time. Chunk c covers bytes 4c..4c+3: low nibbles are values
+// 4(c % 8).. of sub-block 2(c / 8), high nibbles the same values of sub-block 2(c / 8) + 1.
+struct BlockQ4_Kx8 {
+  uint16_t d[kInterleavedRows];
+  uint16_t dmin[kInterleavedRows];
+  uint8_t scales[3][kInterleavedRows][4];  // [w][r]: word w of row r's packed scales
+  uint8_t qs[32][kInterleavedRows][4];     // [c][r]: bytes 4c..4c+3 of row r's BlockQ4_K::qs
+};
+static_assert(sizeof(BlockQ4_Kx8) == kInterleavedRows * sizeof(BlockQ4_K));
+
+// q5_k: as q4_k, with each row's 32 bytes of fifth bits (BlockQ5_K::qh: bit j of byte l is the
+// fifth bit of value l of sub-block j) interleaved 4 bytes at a time before the quants.
+struct BlockQ5_Kx8 {
+  uint16_t d[kInterleavedRows];
+  uint16_t dmin[kInterleavedRows];
+  uint8_t scales[3][kInterleavedRows][4];
+  uint8_t qh[8][kInterleavedRows][4];   // [c][r]: bytes 4c..4c+3 of row r's qh
+  uint8_t qs[32][kInterleavedRows][4];  // as BlockQ4_Kx8::qs
+};
+static_assert(sizeof(BlockQ5_Kx8) == kInterleavedRows * sizeof(BlockQ5_K));
+
+// q6_k, in the plain block's order: the low nibbles (ql) and the high 2-bit pairs (qh) 4 bytes at
+// a time, then the 16 int8 scales as four words per row (word w = scales 4w..4w+3), then d.
+struct BlockQ6_Kx8 {
+  uint8_t ql[32][kInterleavedRows][4];  // [c][r]: bytes 4c..4c+3 of row r's ql
+  uint8_t qh[16][kInterleavedRows][4];  // [c][r]: bytes 4c..4c+3 of row r's qh
+  int8_t scales[4][kInterleavedRows][4];
+  uint16_t d[kInterleavedRows];
+};
+static_assert(sizeof(BlockQ6_Kx8) == kInterleavedRows * sizeof(BlockQ6_K));
+
 // The dtypes that have an Interleaved8 layout.
 inline bool has_interleaved_layout(DType dtype) {
   switch (dtype) {
@@ -80,13 +114,16 @@ inline bool has_interleaved_layout(DType dtype) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::IQ4_NL:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
       return true;
     default:
       return false;
   }
 }
 
-// Bytes of one interleaved block (8 rows' blocks) of an interleaved dtype.
+// Bytes of one interleaved block (8 rows' blocks; q4_k: super-blocks) of an interleaved dtype.
 constexpr int64_t interleaved_block_bytes(DType dtype) {
   switch (dtype) {
     case DType::Q8_0:
@@ -97,6 +134,12 @@ constexpr int64_t interleaved_block_bytes(DType dtype) {
       return sizeof(BlockQ4_1x8);
     case DType::Q5_1:
       return sizeof(BlockQ5_1x8);
+    case DType::Q4_K:
+      return sizeof(BlockQ4_Kx8);
+    case DType::Q5_K:
+      return sizeof(BlockQ5_Kx8);
+    case DType::Q6_K:
+      return sizeof(BlockQ6_Kx8);
     default:  // q4_0, iq4_nl
       return sizeof(BlockQ4_0x8);
   }

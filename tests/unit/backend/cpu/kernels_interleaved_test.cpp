@@ -1,7 +1,8 @@
-// The Interleaved8 layout of q8_0/q4_0/q5_0/iq4_nl matrices (weight_layout.h) and the matmuls on
-// it: the layout round-trips every block, every kernel that reads it agrees with the plain Rows
-// layout (bit for bit where the arithmetic is the same, within the reference tolerance where the
-// decode kernel sums differently), and the determinism contract of kernels.h holds for it too.
+// The Interleaved8 layout of q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k matrices (weight_layout.h) and
+// the matmuls on it: the layout round-trips every block, every kernel that reads it agrees with the
+// plain Rows layout (bit for bit where the arithmetic is the same, within the reference tolerance
+// where the decode kernel sums differently), and the determinism contract of kernels.h holds for it
+// too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,8 +25,19 @@ using test::make_weights;
 using test::random_floats;
 using test::supported_isas;
 
-constexpr DType kQuantized[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                DType::Q5_0, DType::Q5_1, DType::IQ4_NL};
+constexpr DType kQuantized[] = {DType::Q8_0,   DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+bool is_super_block(DType dtype) {
+  return dtype_block_elems(dtype) == 256;
+}
+
+// Row lengths for a dtype: `small` values scaled to its block (q4_k: super-blocks of 256).
+std::vector<int64_t> row_lengths(DType dtype, std::initializer_list<int64_t> small) {
+  std::vector<int64_t> out;
+  for (int64_t k : small) out.push_back(k / 32 * dtype_block_elems(dtype));
+  return out;
+}
 constexpr WeightLayout kInterleaved = WeightLayout::Interleaved8;
 
 bool same_bits(float a, float b) {
@@ -40,7 +52,7 @@ std::string trace(Isa isa, DType dtype, int64_t K, int64_t T) {
 TEST(KernelsInterleaved, EveryBlockRoundTripsAndPaddingIsZero) {
   for (DType dtype : kQuantized) {
     for (int64_t N : {1, 7, 8, 13, 37}) {
-      for (int64_t K : {32, 96}) {
+      for (int64_t K : row_lengths(dtype, {32, 96})) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " N=" + std::to_string(N) +
                      " K=" + std::to_string(K));
         auto values = random_floats(N * K, 3 + static_cast<uint32_t>(N));
@@ -60,7 +72,7 @@ TEST(KernelsInterleaved, EveryBlockRoundTripsAndPaddingIsZero) {
           std::fill(want.begin(), want.end(), 0);
           if (r < N) rows_layout_row(rows.view, r, want.data());
           ASSERT_EQ(got, want) << "row " << r;
-          for (int64_t b = 0; b < K / 32; ++b) {  // the typed accessors agree
+          for (int64_t b = 0; b < K / dtype_block_elems(dtype); ++b) {  // typed accessors agree
             const uint8_t* w = want.data() + b * block_bytes;
             if (dtype == DType::Q8_0) {
               const BlockQ8_0 blk = q8_0_block(il.view, r, b);
@@ -119,7 +131,8 @@ TEST(KernelsInterleaved, MatchesReferenceAndRowsLayout) {
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
     for (DType dtype : kQuantized) {
-      for (int64_t K : {32, 64, 576, 1536}) {
+      for (int64_t K : is_super_block(dtype) ? std::vector<int64_t>{256, 512, 1536}
+                                             : std::vector<int64_t>{32, 64, 576, 1536}) {
         auto values = random_floats(N * K, 100 + static_cast<uint32_t>(K));
         auto rows = make_weights(values, N, K, dtype);
         auto il = make_weights(values, N, K, dtype, kInterleaved);
@@ -161,11 +174,12 @@ TEST(KernelsInterleaved, MatchesReferenceAndRowsLayout) {
 // Row ranges that cut groups, concurrent threads, and every T (prefill sizes included): the bits
 // of one whole call on one token.
 TEST(KernelsInterleaved, RowSplitsThreadsAndTokenCountsGiveTheSameBits) {
-  const int64_t N = 53, K = 96, T_max = 41;
+  const int64_t N = 53, T_max = 41;
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
     for (DType dtype : kQuantized) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype));
+      const int64_t K = 3 * dtype_block_elems(dtype);
       auto w = make_weights(random_floats(N * K, 5), N, K, dtype, kInterleaved);
       auto x = random_floats(T_max * K, 6);
       std::vector<float> single(static_cast<size_t>(T_max * N));
@@ -197,8 +211,10 @@ TEST(KernelsInterleaved, RowSplitsThreadsAndTokenCountsGiveTheSameBits) {
 }
 
 // Fills a plain block of `dtype` with scale d (and min d) and its quants at an extreme: pattern 0
-// every value at the largest level (q4_0 +7, q8_0 +127, q5_0 +15, iq4_nl +113, q4_1 15, q5_1 31),
-// 1 at the smallest (-8, -128, -16, -127, 0, 0), 2 mixing the two.
+// every value at the largest level (q4_0 +7, q8_0 +127, q5_0 +15, iq4_nl +113, q4_1 15, q5_1 31,
+// q4_k 15 / q5_k 31 with every 6-bit scale and min at 63, q6_k 31 with scales 127), 1 at the
+// smallest (-8, -128, -16, -127, 0, 0; q4_k / q5_k 0 with scales 63, mins 0; q6_k -32 with scales
+// -128), 2 mixing the two (q4_k / q5_k: scales 63, mins 0..63; q6_k: scales alternating).
 void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
   const uint8_t hi_nibble = pattern == 1 ? 0x00 : 0xff, lo_nibble = pattern == 0 ? 0xff : 0x00;
   const uint8_t nibbles = static_cast<uint8_t>((hi_nibble & 0xf0) | (lo_nibble & 0x0f));
@@ -223,6 +239,41 @@ void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
       std::memcpy(blk + 2, &d, 2);
       std::memset(blk + 4, nibbles, 16);
       break;
+    case DType::Q6_K: {  // q = 31 / -32 (mixed: by half), scales 127 / -128 / alternating
+      std::memset(blk, pattern == 1 ? 0x00 : 0xff, 128);       // ql
+      std::memset(blk + 128, pattern == 1 ? 0x00 : 0xff, 64);  // qh
+      if (pattern == 2) std::memset(blk, 0x0f, 128);           // high nibbles 0: values 64.. low
+      for (int j = 0; j < 16; ++j) {
+        blk[192 + j] = static_cast<uint8_t>(pattern == 0   ? 127
+                                            : pattern == 1 ? -128
+                                                           : (j % 2 ? 127 : -128));
+      }
+      std::memcpy(blk + 208, &d, 2);
+      break;
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      std::memcpy(blk + 2, &d, 2);  // dmin = d
+      uint8_t* scales = blk + 4;    // k_scale_min packing: 6-bit scale j, min j
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t sc = 63, m = pattern == 0   ? 63
+                                   : pattern == 1 ? 0
+                                                  : static_cast<uint8_t>(9 * j);
+        if (j < 4) {
+          scales[j] = static_cast<uint8_t>((scales[j] & 0xc0) | sc);
+          scales[j + 4] = static_cast<uint8_t>((scales[j + 4] & 0xc0) | m);
+        } else {
+          scales[j + 4] = static_cast<uint8_t>((sc & 0x0f) | ((m & 0x0f) << 4));
+          scales[j - 4] = static_cast<uint8_t>((scales[j - 4] & 0x3f) | ((sc >> 4) << 6));
+          scales[j] = static_cast<uint8_t>((scales[j] & 0x3f) | ((m >> 4) << 6));
+        }
+      }
+      if (dtype == DType::Q5_K) {  // fifth bits: all set, none, or sub-blocks 4-7 only
+        std::memset(blk + 16, pattern == 0 ? 0xff : pattern == 1 ? 0x00 : 0xf0, 32);
+      }
+      std::memset(blk + (dtype == DType::Q5_K ? 48 : 16), nibbles, 128);
+      break;
+    }
     default:  // q4_0, iq4_nl
       std::memset(blk + 2, nibbles, 16);
       break;
@@ -235,13 +286,14 @@ void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
 // (and zero scales) must still give the exact block dots, at decode and prefill T, in a padded last
 // group.
 TEST(KernelsInterleaved, ExtremeQuantsAndZeroScalesGiveExactDots) {
-  const int64_t N = 13, K = 64;
+  const int64_t N = 13;
   const uint16_t one = f32_to_f16(1.0f), zero = f32_to_f16(0.0f);
   for (DType dtype : kQuantized) {
+    const int64_t K = 2 * dtype_block_elems(dtype);
     const int64_t rb = dtype_row_bytes(dtype, K), block_bytes = dtype_block_bytes(dtype);
     std::vector<uint8_t> bytes(static_cast<size_t>(N * rb));
     for (int64_t r = 0; r < N; ++r) {
-      for (int64_t b = 0; b < K / 32; ++b) {
+      for (int64_t b = 0; b < K / dtype_block_elems(dtype); ++b) {
         fill_extreme_block(dtype, bytes.data() + r * rb + b * block_bytes, r % 5 == 4 ? zero : one,
                            static_cast<int>((r + b) % 3));
       }
@@ -264,8 +316,12 @@ TEST(KernelsInterleaved, ExtremeQuantsAndZeroScalesGiveExactDots) {
           if (i % N % 5 == 4) {
             ASSERT_EQ(want[i], 0.0f);
           }
-          // Block dots are exact integers up to 32 * 128 * 127: only the f32 accumulation rounds.
-          EXPECT_NEAR(y[i], want[i], 1e-5 * 2 * 32 * 128)
+          // Block dots are exact integers up to 32 * 128 * 127 (q4_k: 256 * 63 * 15 * 127, with
+          // the mins' part as large): only the f32 accumulation rounds.
+          const double bound = dtype == DType::Q6_K    ? 2.0 * 256 * 128 * 32
+                               : is_super_block(dtype) ? 2.0 * 2 * 256 * 63 * 31
+                                                       : 2.0 * 32 * 128;
+          EXPECT_NEAR(y[i], want[i], 1e-5 * bound)
               << isa_name(isa) << " " << dtype_name(dtype) << " T=" << T << " i " << i;
         }
       }
