@@ -35,9 +35,9 @@ struct BackendOptions {
   std::string name = "cpu";  // cpu | reference | cuda (built with -DEMBER_CUDA=ON)
   int device = 0;            // cuda: which GPU
   int n_threads = 0;         // cpu: 0 = physical cores; reference runs on one thread
-  // cpu: q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k matrices are rewritten once into the layout
-  // its decode kernels read fastest; false keeps the file's blocks (zero-copy when the file holds
-  // the wanted dtype).
+  // cpu: q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs matrices are rewritten once into the
+  // layout its decode kernels read fastest; false keeps the file's blocks (zero-copy when the file
+  // holds the wanted dtype).
   bool interleave_quantized = true;
   // true (--no-mmap): matrices already in the compute dtype are copied into the backend's memory
   // instead of read in place from the file mapping.

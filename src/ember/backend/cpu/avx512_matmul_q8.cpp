@@ -1,7 +1,8 @@
-// AVX-512 (VNNI) matmul on 8-bit activations for q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k:
-// Interleaved8 matrices (what the loader makes) run the shared interleaved tiles with vpdpbusd
-// (AVX512_VNNI on 256-bit vectors: on CPUs that execute 512-bit ops as two halves the wider form
-// gains nothing, and the 8-row groups fill a 256-bit vector exactly); Rows-layout matrices
+// AVX-512 (VNNI) matmul on 8-bit activations for
+// q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs: Interleaved8 matrices (what the loader
+// makes) run the shared interleaved tiles with vpdpbusd (AVX512_VNNI on 256-bit vectors: on CPUs
+// that execute 512-bit ops as two halves the wider form gains nothing, and the 8-row groups fill a
+// 256-bit vector exactly); Rows-layout matrices
 // (--no-interleave) keep the AVX2 kernel.
 #include <algorithm>
 #include <type_traits>

@@ -78,6 +78,8 @@ BlockFields block_fields(DType dtype) {
       return {{header(2), header(2), header(4), header(4), header(4), chunks(32), chunks(128)}, 7};
     case DType::Q6_K:  // ql, qh, the 16 int8 scales as four words, d
       return {{chunks(128), chunks(64), header(4), header(4), header(4), header(4), header(2)}, 7};
+    case DType::IQ4_XS:  // d, scales_h, scales_l, qs
+      return {{header(2), header(2), header(4), chunks(128)}, 4};
     default:  // q4_0, iq4_nl
       return {{header(2), chunks(16)}, 2};
   }
@@ -123,8 +125,9 @@ void move_block(DType dtype, const uint8_t* from, uint8_t* to, int r) {
 WeightMatrix interleave_rows(const WeightMatrix& src, void* dst) {
   if (src.layout != WeightLayout::Rows || !has_interleaved_layout(src.dtype)) {
     throw Error(
-        "interleave_rows: want a q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k matrix in the Rows "
-        "layout");
+        "interleave_rows: want a q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs matrix in "
+        "the "
+        "Rows layout");
   }
   const int64_t rb = src.row_bytes, nb = src.n_cols / dtype_block_elems(src.dtype);
   const int64_t group_bytes = kInterleavedRows * rb;

@@ -1,5 +1,5 @@
-// The Interleaved8 layout of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q4_k / q5_k / q6_k
-// matrices (WeightLayout in kernels.h), made once at load.
+// The Interleaved8 layout of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q4_k / q5_k / q6_k /
+// iq4_xs matrices (WeightLayout in kernels.h), made once at load.
 //
 // Rows are taken in groups of 8 (the last group zero-padded). For each block index b a group
 // stores the 8 rows' blocks side by side: their 8 f16 scales (q4_1 / q5_1: then their 8 mins;
@@ -105,6 +105,17 @@ struct BlockQ6_Kx8 {
 };
 static_assert(sizeof(BlockQ6_Kx8) == kInterleavedRows * sizeof(BlockQ6_K));
 
+// iq4_xs: d, the high scale bits (scales_h) and the low ones (scales_l, one word) of the 8 rows,
+// then the quants 4 bytes at a time: chunk c holds bytes 4c..4c+3 of qs, i.e. values 4(c % 4)..
+// (low nibbles) and 16 + 4(c % 4).. (high) of sub-block c / 4.
+struct BlockIQ4_XSx8 {
+  uint16_t d[kInterleavedRows];
+  uint16_t scales_h[kInterleavedRows];
+  uint8_t scales_l[kInterleavedRows][4];
+  uint8_t qs[32][kInterleavedRows][4];
+};
+static_assert(sizeof(BlockIQ4_XSx8) == kInterleavedRows * sizeof(BlockIQ4_XS));
+
 // The dtypes that have an Interleaved8 layout.
 inline bool has_interleaved_layout(DType dtype) {
   switch (dtype) {
@@ -117,6 +128,7 @@ inline bool has_interleaved_layout(DType dtype) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::IQ4_XS:
       return true;
     default:
       return false;
@@ -140,6 +152,8 @@ constexpr int64_t interleaved_block_bytes(DType dtype) {
       return sizeof(BlockQ5_Kx8);
     case DType::Q6_K:
       return sizeof(BlockQ6_Kx8);
+    case DType::IQ4_XS:
+      return sizeof(BlockIQ4_XSx8);
     default:  // q4_0, iq4_nl
       return sizeof(BlockQ4_0x8);
   }

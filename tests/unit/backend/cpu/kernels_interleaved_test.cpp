@@ -1,8 +1,8 @@
-// The Interleaved8 layout of q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k matrices (weight_layout.h) and
-// the matmuls on it: the layout round-trips every block, every kernel that reads it agrees with the
-// plain Rows layout (bit for bit where the arithmetic is the same, within the reference tolerance
-// where the decode kernel sums differently), and the determinism contract of kernels.h holds for it
-// too.
+// The Interleaved8 layout of q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs matrices
+// (weight_layout.h) and the matmuls on it: the layout round-trips every block, every kernel that
+// reads it agrees with the plain Rows layout (bit for bit where the arithmetic is the same, within
+// the reference tolerance where the decode kernel sums differently), and the determinism contract
+// of kernels.h holds for it too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,8 +25,9 @@ using test::make_weights;
 using test::random_floats;
 using test::supported_isas;
 
-constexpr DType kQuantized[] = {DType::Q8_0,   DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                                DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kQuantized[] = {DType::Q8_0, DType::Q4_0,   DType::Q4_1, DType::Q5_0,
+                                DType::Q5_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K,
+                                DType::Q6_K, DType::IQ4_XS};
 
 bool is_super_block(DType dtype) {
   return dtype_block_elems(dtype) == 256;
@@ -251,6 +252,13 @@ void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
       std::memcpy(blk + 208, &d, 2);
       break;
     }
+    case DType::IQ4_XS: {  // levels +113 / -127 / mixed; scales 63 - 32 / 0 - 32 / alternating
+      const uint16_t high = pattern == 0 ? 0xffff : pattern == 1 ? 0x0000 : 0x5555;
+      std::memcpy(blk + 2, &high, 2);
+      std::memset(blk + 4, pattern == 0 ? 0xff : pattern == 1 ? 0x00 : 0x0f, 4);
+      std::memset(blk + 8, nibbles, 128);
+      break;
+    }
     case DType::Q4_K:
     case DType::Q5_K: {
       std::memcpy(blk + 2, &d, 2);  // dmin = d
@@ -318,9 +326,10 @@ TEST(KernelsInterleaved, ExtremeQuantsAndZeroScalesGiveExactDots) {
           }
           // Block dots are exact integers up to 32 * 128 * 127 (q4_k: 256 * 63 * 15 * 127, with
           // the mins' part as large): only the f32 accumulation rounds.
-          const double bound = dtype == DType::Q6_K    ? 2.0 * 256 * 128 * 32
-                               : is_super_block(dtype) ? 2.0 * 2 * 256 * 63 * 31
-                                                       : 2.0 * 32 * 128;
+          const double bound = dtype == DType::Q6_K     ? 2.0 * 256 * 128 * 32
+                               : dtype == DType::IQ4_XS ? 2.0 * 256 * 127 * 32
+                               : is_super_block(dtype)  ? 2.0 * 2 * 256 * 63 * 31
+                                                        : 2.0 * 32 * 128;
           EXPECT_NEAR(y[i], want[i], 1e-5 * bound)
               << isa_name(isa) << " " << dtype_name(dtype) << " T=" << T << " i " << i;
         }
