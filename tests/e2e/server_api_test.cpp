@@ -194,6 +194,93 @@ TEST_F(ServerApi, StopStringsAndLogprobs) {
   EXPECT_LE(lp["token_logprobs"][0].get<double>(), 0.0);
 }
 
+// echo: the prompt's tokens come back first with the logprobs the model gives each of them after
+// the tokens before it. Greedy-decode 8 tokens with logprobs, then send prompt + those tokens with
+// echo and max_tokens 0: the echoed logprobs of the 8 must be the ones decoding reported (prefill
+// rows against decode rows: equal up to float reassociation), top alternatives included; the first
+// token (no context) has none. A string prompt echoes verbatim, without a BOS the tokenizer added.
+TEST_F(ServerApi, EchoReturnsThePromptWithTheLogprobsDecodingGave) {
+  auto ids_r =
+      test::post_json(port_, "/tokenize", {{"content", "Once upon a time"}, {"add_special", true}});
+  ASSERT_EQ(ids_r.status, 200) << ids_r.body;
+  std::vector<int32_t> prompt = json::parse(ids_r.body)["tokens"].get<std::vector<int32_t>>();
+  auto gen = test::post_json(port_, "/v1/completions",
+                             {{"prompt", prompt},
+                              {"max_tokens", 8},
+                              {"temperature", 0},
+                              {"ignore_eos", true},
+                              {"logprobs", 2}});
+  ASSERT_EQ(gen.status, 200) << gen.body;
+  const json glp = json::parse(gen.body)["choices"][0]["logprobs"];
+  ASSERT_EQ(glp["token_logprobs"].size(), 8u) << gen.body;
+  auto tok = load_tokenizer_from_gguf(model_);
+  std::vector<int32_t> all = prompt;
+  // The id whose bytes the response named, searched from the top of the vocabulary: a piece like
+  // "," has a byte-fallback twin (<0x2C>) lower down that greedy decoding does not produce.
+  for (const json& t : glp["tokens"]) {
+    int32_t id = tok->vocab_size() - 1;
+    while (id >= 0 && tok->token_bytes(id) != t.get<std::string>()) --id;
+    ASSERT_GE(id, 0) << t;
+    all.push_back(id);
+  }
+  auto echo =
+      test::post_json(port_, "/v1/completions",
+                      {{"prompt", all}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}});
+  ASSERT_EQ(echo.status, 200) << echo.body;
+  const json ej = json::parse(echo.body);
+  const json& choice = ej["choices"][0];
+  EXPECT_EQ(choice["text"], tok->decode(all));
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_EQ(ej["usage"]["completion_tokens"], 0);
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), all.size()) << echo.body;
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0) << i;
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u) << i;
+  }
+  for (size_t k = 0; k < 8; ++k) {
+    const size_t i = prompt.size() + k;
+    EXPECT_EQ(lp["tokens"][i], glp["tokens"][k]) << k;
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), glp["token_logprobs"][k].get<double>(), 1e-3)
+        << k;
+    for (const auto& [text, value] : glp["top_logprobs"][k].items()) {
+      ASSERT_TRUE(lp["top_logprobs"][i].contains(text)) << k << " " << text;
+      EXPECT_NEAR(lp["top_logprobs"][i][text].get<double>(), value.get<double>(), 1e-3);
+    }
+  }
+  // Greedy: each generated token was the most likely one.
+  for (size_t k = 0; k < 8; ++k) {
+    double best = -1e30;
+    for (const auto& [text, value] : lp["top_logprobs"][prompt.size() + k].items()) {
+      best = std::max(best, value.get<double>());
+    }
+    EXPECT_NEAR(lp["token_logprobs"][prompt.size() + k].get<double>(), best, 1e-6) << k;
+  }
+
+  auto text = test::post_json(port_, "/v1/completions",
+                              {{"prompt", "Once upon a time"},
+                               {"max_tokens", 4},
+                               {"temperature", 0},
+                               {"echo", true},
+                               {"logprobs", 0}});
+  ASSERT_EQ(text.status, 200) << text.body;
+  const json tj = json::parse(text.body)["choices"][0];
+  const std::string full = tj["text"];
+  EXPECT_EQ(full, "Once upon a time" + test::ember_run_greedy(model_, "Once upon a time", 4));
+  // The BOS the tokenizer added is not echoed; the first echoed token has a logprob after it.
+  EXPECT_EQ(tj["logprobs"]["tokens"].size(), prompt.size() - 1 + 4) << text.body;
+  EXPECT_FALSE(tj["logprobs"]["token_logprobs"][0].is_null()) << text.body;
+  EXPECT_EQ(tj["logprobs"]["text_offset"][0], 0);
+
+  expect_error(test::post_json(port_, "/v1/completions",
+                               {{"prompt", "a"}, {"echo", true}, {"stream", true}}),
+               400, "echo");
+  expect_error(test::post_json(port_, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 0}}), 400,
+               "max_tokens");
+}
+
 // logit_bias and min_tokens: +100 on EOS (id 2 in stories260K's vocabulary) ends a greedy
 // completion at once; min_tokens 5 holds EOS back for exactly 5 tokens; -100 on the greedy first
 // token makes the completion start with another one.

@@ -321,7 +321,7 @@ void LLMEngine::build_batch(const std::vector<ScheduledChunk>& chunks) {
     const auto begin = s.tokens.begin() + s.n_cached;
     batch_.tokens.insert(batch_.tokens.end(), begin, begin + c.n_tokens);
     batch_.sequences.push_back({s.block_table.blocks.data(), s.n_cached, c.n_tokens});
-    const bool all_rows = s.request.prompt_logits && !s.prefilled();
+    const bool all_rows = s.request.wants_prompt_rows() && !s.prefilled();
     // A chunk with guesses: a row for the last sampled token and one per guess.
     const int64_t last_rows = c.completes ? 1 + s.n_draft : 0;
     for (int64_t i = 0; i < c.n_tokens; ++i) {
@@ -340,7 +340,7 @@ void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<con
   for (const ScheduledChunk& c : chunks) {
     Sequence& s = *c.seq;
     const int64_t start = s.n_cached - c.n_tokens;
-    const bool all_rows = s.request.prompt_logits && start < s.n_prompt;
+    const bool all_rows = s.request.wants_prompt_rows() && start < s.n_prompt;
     const auto n_rows =
         static_cast<size_t>(all_rows ? c.n_tokens : (c.completes ? 1 + s.n_draft : 0));
     const std::span<const float> rows = logits.subspan(row * V, n_rows * V);
@@ -349,7 +349,16 @@ void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<con
     const int64_t skip = std::max<int64_t>(0, s.prompt_logit_rows_sent - start);
     if (all_rows && skip < c.n_tokens) {
       StreamEvent e;
-      e.prompt_logits.assign(rows.begin() + static_cast<std::ptrdiff_t>(skip * V), rows.end());
+      if (s.request.prompt_logits) {
+        e.prompt_logits.assign(rows.begin() + static_cast<std::ptrdiff_t>(skip * V), rows.end());
+      }
+      if (s.request.prompt_logprobs >= 0) {  // row i predicts prompt token start + i + 1
+        for (int64_t i = skip; i < c.n_tokens && start + i + 1 < s.n_prompt; ++i) {
+          e.prompt_logprobs.push_back(logprob_of(rows.subspan(static_cast<size_t>(i) * V, V),
+                                                 s.tokens[static_cast<size_t>(start + i + 1)],
+                                                 s.request.prompt_logprobs));
+        }
+      }
       s.prompt_logit_rows_sent = start + c.n_tokens;
       s.stream->push(std::move(e));
     }

@@ -14,7 +14,7 @@ void LLMEngine::propose_drafts() {
   const auto start = std::chrono::steady_clock::now();
   for (const std::unique_ptr<Sequence>& ptr : scheduler_.running()) {
     Sequence& s = *ptr;
-    if (!s.request.speculative || s.request.prompt_logits || !s.prefilled() ||
+    if (!s.request.speculative || s.request.wants_prompt_rows() || !s.prefilled() ||
         s.pending_tokens() != 1 || s.n_draft != 0) {
       continue;
     }

@@ -36,6 +36,12 @@ struct GenerationRequest {
   bool speculative = true;
   int32_t logprobs = -1;       // >= 0: report the chosen token's logprob (+ top-N alternatives)
   bool prompt_logits = false;  // events carry the logits of every prompt position (scoring)
+  // >= 0: events carry the logprob of every prompt token after the first, each given the tokens
+  // before it (+ top-N alternatives): the completions API's echo with logprobs.
+  int32_t prompt_logprobs = -1;
+  // Prompt rows (logits or logprobs) are wanted. With prompt_logprobs the prompt is computed whole,
+  // never taken from the prefix cache; prompt_logits rows start after a cached prefix.
+  bool wants_prompt_rows() const { return prompt_logits || prompt_logprobs >= 0; }
   // SentencePiece: drop the space a leading '▁' stands for from the first text (a prompt that is
   // only BOS, as llama.cpp prints it).
   bool strip_leading_space = false;
@@ -62,6 +68,8 @@ struct StreamEvent {
   // With GenerationRequest::prompt_logits: logits [n, vocab] of the next n prompt positions (each
   // row predicts the token after its position), in order over the events.
   std::vector<float> prompt_logits;
+  // With GenerationRequest::prompt_logprobs: prompt tokens 1, 2, ... in order over the events.
+  std::vector<TokenLogprob> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::string error;          // set when finish_reason == Error

@@ -84,7 +84,10 @@ void Scheduler::schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& b
          static_cast<int64_t>(running_.size()) < config_.max_sequences) {
     Sequence* s = waiting_.front().get();
     if (!s->prefix_looked_up) {
-      s->n_cached = kv_.match_prefix(s->block_table, s->tokens);
+      // Echo's logprobs cover every prompt token: such a request takes no prefix (prompt_logits
+      // rows start after a cached prefix, which the tests of the tiers rely on).
+      s->n_cached =
+          s->request.prompt_logprobs >= 0 ? 0 : kv_.match_prefix(s->block_table, s->tokens);
       if (!s->scheduled_once) s->cached_prompt_tokens = std::min(s->n_cached, s->n_prompt);
       s->prefix_looked_up = true;
     }

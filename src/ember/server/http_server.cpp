@@ -103,6 +103,8 @@ struct Choice {
     acc.text += text;
     acc.tokens.insert(acc.tokens.end(), e.tokens.begin(), e.tokens.end());
     acc.logprobs.insert(acc.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    acc.prompt_logprobs.insert(acc.prompt_logprobs.end(), e.prompt_logprobs.begin(),
+                               e.prompt_logprobs.end());
     if (e.finished) {
       acc.finish_reason = e.finish_reason;
       acc.prompt_tokens = e.prompt_tokens;
@@ -372,11 +374,18 @@ std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> p
   // run` does.
   gen.strip_leading_space = api.endpoint == Endpoint::Completions && prompt.size() == 1 &&
                             prompt[0] == tokenizer_.bos_id() && tokenizer_.strip_space_after_bos();
+  if (api.echo) {  // the prompt as the client sent it: without the BOS the tokenizer added
+    api.echo_after_bos = !api.prompt_is_ids && !prompt.empty() &&
+                         prompt[0] == tokenizer_.bos_id() && tokenizer_.add_bos_default();
+    api.echo_tokens.assign(prompt.begin() + (api.echo_after_bos ? 1 : 0), prompt.end());
+  }
   gen.prompt = std::move(prompt);
   gen.max_tokens = api.max_tokens.value_or(-1);  // the engine fits the default to the context
   const auto submit_choice = [&](int64_t index) {
     GenerationRequest g = gen;
     g.sampling.seed += static_cast<uint64_t>(index);
+    // Echo with logprobs: choice 0 computes the prompt's logprobs once for every choice.
+    if (api.echo && index == 0) g.prompt_logprobs = gen.logprobs;
     try {
       relay->choices.push_back(Choice{engine_.submit(std::move(g)), {}, std::nullopt, false});
     } catch (const Error& e) {

@@ -167,17 +167,19 @@ void get_prompt(const json& body, ApiRequest& req) {
 }
 
 // max_completion_tokens is the newer name; either may be given.
-std::optional<int64_t> get_max_tokens(const json& body) {
+// echo: 0 is allowed (the prompt's logprobs alone, as OpenAI's API allows).
+std::optional<int64_t> get_max_tokens(const json& body, bool echo) {
   std::optional<int64_t> max_tokens = get_int(body, "max_completion_tokens");
   const char* max_param = "max_completion_tokens";
   if (!max_tokens) {
     max_tokens = get_int(body, "max_tokens");
     max_param = "max_tokens";
   }
-  if (max_tokens && *max_tokens < 1) {
-    throw Error::invalid_request(
-        max_param,
-        std::string("'") + max_param + "' must be at least 1, got " + std::to_string(*max_tokens));
+  const int64_t least = echo ? 0 : 1;
+  if (max_tokens && *max_tokens < least) {
+    throw Error::invalid_request(max_param, std::string("'") + max_param + "' must be at least " +
+                                                std::to_string(least) + ", got " +
+                                                std::to_string(*max_tokens));
   }
   return max_tokens;
 }
@@ -337,9 +339,7 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
   }
   if (endpoint == Endpoint::Completions) {
     get_prompt(body, req);
-    if (get_bool(body, "echo", false)) {
-      throw Error::invalid_request("echo", "'echo' is not supported");
-    }
+    req.echo = get_bool(body, "echo", false);
     if (auto best_of = get_int(body, "best_of"); best_of && *best_of != 1) {
       throw Error::invalid_request("best_of", "'best_of' must be 1");
     }
@@ -358,7 +358,10 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
     req.include_usage = get_bool(*so, "include_usage", false);
   }
 
-  req.max_tokens = get_max_tokens(body);
+  req.max_tokens = get_max_tokens(body, req.echo);
+  if (req.echo && req.stream) {
+    throw Error::invalid_request("echo", "'echo' with 'stream': true is not supported yet");
+  }
   GenerationRequest& g = req.generation;
   g.sampling = get_sampling(body);
   g.stop = get_stop(body);
@@ -397,18 +400,30 @@ json chat_logprobs_json(const std::vector<TokenLogprob>& lps, const Tokenizer& t
   return {{"content", content}, {"refusal", nullptr}};
 }
 
-// Legacy completions format: parallel arrays, top alternatives as {text: logprob} maps.
-json completion_logprobs_json(const std::vector<TokenLogprob>& lps, const Tokenizer& tok,
+// One token of the legacy logprobs arrays; lp null: no logprob (echo's first prompt token).
+struct LogprobEntry {
+  int32_t token;
+  const TokenLogprob* lp;
+};
+
+// Legacy completions format: parallel arrays, top alternatives as {text: logprob} maps (null
+// where the entry has no logprob, as OpenAI writes it).
+json completion_logprobs_json(const std::vector<LogprobEntry>& entries, const Tokenizer& tok,
                               int64_t text_offset) {
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
-  for (const TokenLogprob& lp : lps) {
-    std::string t = tok.token_bytes(lp.token);
+  for (const LogprobEntry& e : entries) {
+    std::string t = tok.token_bytes(e.token);
     tokens.push_back(t);
-    token_logprobs.push_back(lp.logprob);
-    json alternatives = json::object();
-    for (const auto& [id, l] : lp.top) alternatives[tok.token_bytes(id)] = l;
-    top.push_back(alternatives);
+    if (e.lp == nullptr) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+    } else {
+      token_logprobs.push_back(e.lp->logprob);
+      json alternatives = json::object();
+      for (const auto& [id, l] : e.lp->top) alternatives[tok.token_bytes(id)] = l;
+      top.push_back(alternatives);
+    }
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(t.size());
   }
@@ -416,6 +431,28 @@ json completion_logprobs_json(const std::vector<TokenLogprob>& lps, const Tokeni
           {"token_logprobs", token_logprobs},
           {"top_logprobs", top},
           {"text_offset", offsets}};
+}
+
+json completion_logprobs_json(const std::vector<TokenLogprob>& lps, const Tokenizer& tok,
+                              int64_t text_offset) {
+  std::vector<LogprobEntry> entries;
+  for (const TokenLogprob& lp : lps) entries.push_back({lp.token, &lp});
+  return completion_logprobs_json(entries, tok, text_offset);
+}
+
+// Echo: the prompt's tokens first (the first one without a logprob unless a BOS preceded it),
+// then the generated ones.
+json echo_logprobs_json(const ApiRequest& req, const std::vector<TokenLogprob>& prompt_lps,
+                        const std::vector<TokenLogprob>& generated, const Tokenizer& tok) {
+  std::vector<LogprobEntry> entries;
+  const size_t first = req.echo_after_bos ? 1 : 0;  // prompt position of echo_tokens[0]
+  for (size_t k = 0; k < req.echo_tokens.size(); ++k) {
+    const size_t position = first + k;  // prompt_lps[p - 1] is prompt token p's
+    const bool known = position > 0 && position - 1 < prompt_lps.size();
+    entries.push_back({req.echo_tokens[k], known ? &prompt_lps[position - 1] : nullptr});
+  }
+  for (const TokenLogprob& lp : generated) entries.push_back({lp.token, &lp});
+  return completion_logprobs_json(entries, tok, 0);
 }
 
 json chunk_base(const ApiRequest& req, const ResponseMeta& meta) {
@@ -493,6 +530,14 @@ json completion_response(const ApiRequest& req, const ResponseMeta& meta,
       choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
       choice["logprobs"] =
           want_logprobs ? chat_logprobs_json(c.logprobs, tokenizer) : json(nullptr);
+    } else if (req.echo) {
+      // The prompt as sent (a token-array prompt: its text), then the completion.
+      const std::string prompt =
+          req.prompt_is_ids ? tokenizer.decode(req.echo_tokens) : req.prompt_text;
+      choice["text"] = prompt + c.text;
+      choice["logprobs"] =
+          want_logprobs ? echo_logprobs_json(req, choices[0].prompt_logprobs, c.logprobs, tokenizer)
+                        : json(nullptr);
     } else {
       choice["text"] = c.text;
       choice["logprobs"] =

@@ -33,6 +33,12 @@ struct ApiRequest {
   std::string prompt_text;          // completions, string prompt
   std::vector<int32_t> prompt_ids;  // completions, token-array prompt
   bool prompt_is_ids = false;
+  // Completions echo: the response text (and logprobs) start with the prompt. echo_tokens: the
+  // prompt's tokens without a BOS the tokenizer added (set by the server once it tokenized);
+  // echo_after_bos: such a BOS came first, so the first echoed token has a logprob too.
+  bool echo = false;
+  std::vector<int32_t> echo_tokens;
+  bool echo_after_bos = false;
   std::vector<ChatMessage> messages;  // chat
   std::optional<int64_t> max_tokens;  // absent: the server picks min(256, what fits)
   int64_t n = 1;                      // choices; choice i samples with seed + i
@@ -50,6 +56,7 @@ struct Completion {
   std::string text;
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;  // echo: prompt tokens 1, 2, ... (choice 0 only)
   FinishReason finish_reason = FinishReason::None;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
