@@ -274,9 +274,34 @@ TEST_F(ServerApi, EchoReturnsThePromptWithTheLogprobsDecodingGave) {
   EXPECT_FALSE(tj["logprobs"]["token_logprobs"][0].is_null()) << text.body;
   EXPECT_EQ(tj["logprobs"]["text_offset"][0], 0);
 
-  expect_error(test::post_json(port_, "/v1/completions",
-                               {{"prompt", "a"}, {"echo", true}, {"stream", true}}),
-               400, "echo");
+  // Streamed, the same request sends the echo first, then the same tokens, offsets counting on.
+  json body = {{"prompt", "Once upon a time"},
+               {"max_tokens", 4},
+               {"temperature", 0},
+               {"echo", true},
+               {"logprobs", 0},
+               {"stream", true}};
+  std::vector<std::string> events = test::sse_events(curl_stream(body, "/v1/completions"));
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json first = json::parse(events[0])["choices"][0];
+  EXPECT_EQ(first["text"], "Once upon a time");
+  EXPECT_EQ(first["logprobs"]["tokens"].size(), prompt.size() - 1);
+  for (size_t k = 0; k + 1 < prompt.size(); ++k) {
+    EXPECT_EQ(first["logprobs"]["token_logprobs"][k], tj["logprobs"]["token_logprobs"][k]) << k;
+  }
+  std::string streamed;
+  json streamed_logprobs = json::array();
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const json c = json::parse(events[i])["choices"][0];
+    streamed += c["text"].get<std::string>();
+    for (const json& l : c["logprobs"]["token_logprobs"]) streamed_logprobs.push_back(l);
+    if (i > 0) {  // generated tokens: offsets past the echoed prompt
+      EXPECT_GE(c["logprobs"]["text_offset"][0].get<int64_t>(), 16) << events[i];
+    }
+  }
+  EXPECT_EQ(streamed, full);
+  EXPECT_EQ(streamed_logprobs, tj["logprobs"]["token_logprobs"]);
   expect_error(test::post_json(port_, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 0}}), 400,
                "max_tokens");
 }

@@ -122,6 +122,7 @@ struct Relay {
   std::vector<Choice> choices;
   std::shared_ptr<ActiveRequest> active;
   bool started = false;
+  bool echo_sent = false;  // streamed echo: the prompt chunks went out
   bool done = false;
 
   void cancel() {
@@ -469,6 +470,28 @@ std::string HttpServer::next_events(Relay& relay) const {
       }
     }
   }
+  if (relay.api.echo && !relay.echo_sent) {
+    // Echo goes first, once choice 0's prompt logprobs are complete: they arrive in events
+    // without tokens ahead of its first token (or its end); that event is held for the loop below.
+    Choice& first = relay.choices[0];
+    while (true) {
+      std::optional<StreamEvent> e = first.pop(100ms);
+      if (!e) return out;
+      if (!e->tokens.empty() || e->finished) {
+        first.held = std::move(e);
+        break;
+      }
+      first.absorb(*e);
+    }
+    for (size_t i = 0; i < relay.choices.size(); ++i) {
+      out += echo_chunk(relay.api, relay.meta, first.acc.prompt_logprobs, tokenizer_,
+                        static_cast<int64_t>(i));
+    }
+    relay.echo_sent = true;
+  }
+  // Text offsets of the generated tokens count the echoed prompt before them.
+  const auto echo_bytes =
+      relay.api.echo ? static_cast<int64_t>(echo_text(relay.api, tokenizer_).size()) : 0;
   // Wait briefly for the next event of the first unfinished choice, then take whatever else is
   // already queued, so one write carries every token the engine produced since the last one.
   for (size_t i = 0; i < relay.choices.size(); ++i) {
@@ -477,7 +500,7 @@ std::string HttpServer::next_events(Relay& relay) const {
     if (choice.done) continue;
     std::optional<StreamEvent> e = choice.pop(out.empty() ? 100ms : 0ms);
     while (e) {
-      int64_t offset = static_cast<int64_t>(choice.acc.text.size());
+      int64_t offset = echo_bytes + static_cast<int64_t>(choice.acc.text.size());
       std::string text = choice.absorb(*e);
       if (!text.empty() || !e->logprobs.empty()) {
         out += delta_chunk(relay.api, relay.meta, text, e->logprobs, tokenizer_, offset, index);

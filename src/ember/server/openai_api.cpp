@@ -359,9 +359,6 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
   }
 
   req.max_tokens = get_max_tokens(body, req.echo);
-  if (req.echo && req.stream) {
-    throw Error::invalid_request("echo", "'echo' with 'stream': true is not supported yet");
-  }
   GenerationRequest& g = req.generation;
   g.sampling = get_sampling(body);
   g.stop = get_stop(body);
@@ -531,10 +528,7 @@ json completion_response(const ApiRequest& req, const ResponseMeta& meta,
       choice["logprobs"] =
           want_logprobs ? chat_logprobs_json(c.logprobs, tokenizer) : json(nullptr);
     } else if (req.echo) {
-      // The prompt as sent (a token-array prompt: its text), then the completion.
-      const std::string prompt =
-          req.prompt_is_ids ? tokenizer.decode(req.echo_tokens) : req.prompt_text;
-      choice["text"] = prompt + c.text;
+      choice["text"] = echo_text(req, tokenizer) + c.text;
       choice["logprobs"] =
           want_logprobs ? echo_logprobs_json(req, choices[0].prompt_logprobs, c.logprobs, tokenizer)
                         : json(nullptr);
@@ -586,6 +580,22 @@ std::string delta_chunk(const ApiRequest& req, const ResponseMeta& meta, const s
     choice["logprobs"] =
         want_logprobs ? completion_logprobs_json(logprobs, tokenizer, text_offset) : json(nullptr);
   }
+  j["choices"] = json::array({choice});
+  return sse_data(j);
+}
+
+std::string echo_text(const ApiRequest& req, const Tokenizer& tokenizer) {
+  return req.prompt_is_ids ? tokenizer.decode(req.echo_tokens) : req.prompt_text;
+}
+
+std::string echo_chunk(const ApiRequest& req, const ResponseMeta& meta,
+                       const std::vector<TokenLogprob>& prompt_logprobs, const Tokenizer& tokenizer,
+                       int64_t index) {
+  json j = chunk_base(req, meta);
+  json choice = {{"index", index}, {"text", echo_text(req, tokenizer)}, {"finish_reason", nullptr}};
+  choice["logprobs"] = req.generation.logprobs >= 0
+                           ? echo_logprobs_json(req, prompt_logprobs, {}, tokenizer)
+                           : json(nullptr);
   j["choices"] = json::array({choice});
   return sse_data(j);
 }

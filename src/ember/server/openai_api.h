@@ -90,6 +90,12 @@ std::string chat_role_chunk(const ApiRequest& req, const ResponseMeta& meta, int
 std::string delta_chunk(const ApiRequest& req, const ResponseMeta& meta, const std::string& text,
                         const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer,
                         int64_t text_offset, int64_t index = 0);
+// Echo: the prompt as sent (a token-array prompt: its text, decoded).
+std::string echo_text(const ApiRequest& req, const Tokenizer& tokenizer);
+// Streamed echo: one chunk per choice before its first token, with the prompt's logprobs.
+std::string echo_chunk(const ApiRequest& req, const ResponseMeta& meta,
+                       const std::vector<TokenLogprob>& prompt_logprobs, const Tokenizer& tokenizer,
+                       int64_t index = 0);
 // The closing chunk: empty delta (chat) / empty text (completions) with finish_reason.
 std::string finish_chunk(const ApiRequest& req, const ResponseMeta& meta, FinishReason reason,
                          int64_t index = 0);
