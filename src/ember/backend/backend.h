@@ -35,7 +35,7 @@ struct BackendOptions {
   std::string name = "cpu";  // cpu | reference | cuda (built with -DEMBER_CUDA=ON)
   int device = 0;            // cuda: which GPU
   int n_threads = 0;         // cpu: 0 = physical cores; reference runs on one thread
-  // cpu: q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs matrices are rewritten once into the
+  // cpu: q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs matrices are rewritten once into the
   // layout its decode kernels read fastest; false keeps the file's blocks (zero-copy when the file
   // holds the wanted dtype).
   bool interleave_quantized = true;

@@ -11,10 +11,10 @@ namespace ember {
 
 // How a matrix's rows sit in memory.
 enum class WeightLayout : uint8_t {
-  Rows,          // row-major, each row row_bytes apart (every file format's layout)
-  Interleaved8,  // cpu backend, q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs only: groups
-                 // of 8 rows with their blocks interleaved, the last group zero-padded
-                 // (backend/cpu/weight_layout.h)
+  Rows,              // row-major, each row row_bytes apart (every file format's layout)
+  Interleaved8,      // cpu backend, q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs only: groups
+                     // of 8 rows with their blocks interleaved, the last group zero-padded
+                     // (backend/cpu/weight_layout.h)
   QuantsThenScales,  // cuda backend, q8_0/q4_0 only: every row's quants (K bytes for q8_0, K / 2
                      // for q4_0, 16-byte aligned, nibbles ordered as in the file's blocks) and
                      // then every row's f16 block scales [n_rows, K / 32]; the same bytes() total

@@ -70,12 +70,11 @@ void ModelOptions::add_to(CLI::App& app, unsigned sets) {
   app.add_flag("--dummy", dummy,
                "Seeded random weights from the config alone (no weight files read)");
   app.add_option("--dummy-seed", dummy_seed, "Seed of --dummy weights")->capture_default_str();
-  app.add_flag(
-      "--no-interleave", no_interleave,
-      "Keep q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs blocks in the file's layout "
-      "(zero-copy) "
-      "instead of interleaving "
-      "them 8 rows at a time for the decode kernels at load");
+  app.add_flag("--no-interleave", no_interleave,
+               "Keep q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs blocks in the file's layout "
+               "(zero-copy) "
+               "instead of interleaving "
+               "them 8 rows at a time for the decode kernels at load");
   app.add_flag("--check-weights", check_weights,
                "Scan every weight for NaN / Inf at load (default: norms and biases fully, matrices "
                "on a sample of rows); a warning names the tensors");

@@ -1,4 +1,4 @@
-// AVX2 q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs matmul against 8-bit activations for
+// AVX2 q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs matmul against 8-bit activations for
 // matrices in the Interleaved8 layout (weight_layout.h); matmul_q8 (avx2_matmul_q8.cpp) hands those
 // matrices here.
 #pragma once

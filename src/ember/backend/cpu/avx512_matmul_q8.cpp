@@ -1,5 +1,5 @@
 // AVX-512 (VNNI) matmul on 8-bit activations for
-// q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs: Interleaved8 matrices (what the loader
+// q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs: Interleaved8 matrices (what the loader
 // makes) run the shared interleaved tiles with vpdpbusd (AVX512_VNNI on 256-bit vectors: on CPUs
 // that execute 512-bit ops as two halves the wider form gains nothing, and the 8-row groups fill a
 // 256-bit vector exactly); Rows-layout matrices

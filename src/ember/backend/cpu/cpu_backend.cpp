@@ -33,7 +33,7 @@ BackendInfo CpuBackend::info() const {
 }
 
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host, bool host_is_file) {
-  // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs are interleaved 8 rows at a time for the
+  // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs are interleaved 8 rows at a time for the
   // integer tiles (weight_layout.h: has_interleaved_layout); other matrices are read in place from
   // the file unless --no-mmap asked for a copy in huge pages.
   if (options_.interleave_quantized && has_interleaved_layout(host.dtype)) {

@@ -72,6 +72,10 @@ BlockFields block_fields(DType dtype) {
       return {{header(2), header(2), chunks(16)}, 3};
     case DType::Q5_1:
       return {{header(2), header(2), {4, false, true}, chunks(16)}, 4};
+    case DType::Q2_K:  // scales (four words), qs, d, dmin
+      return {{header(4), header(4), header(4), header(4), chunks(64), header(2), header(2)}, 7};
+    case DType::Q3_K:  // hmask, qs, scales (three words), d
+      return {{chunks(32), chunks(64), header(4), header(4), header(4), header(2)}, 6};
     case DType::Q4_K:  // d, dmin, the three words of packed scales, qs
       return {{header(2), header(2), header(4), header(4), header(4), chunks(128)}, 6};
     case DType::Q5_K:  // as q4_k with qh (32 bytes) before qs
@@ -125,7 +129,7 @@ void move_block(DType dtype, const uint8_t* from, uint8_t* to, int r) {
 WeightMatrix interleave_rows(const WeightMatrix& src, void* dst) {
   if (src.layout != WeightLayout::Rows || !has_interleaved_layout(src.dtype)) {
     throw Error(
-        "interleave_rows: want a q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k/iq4_xs matrix in "
+        "interleave_rows: want a q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs matrix in "
         "the "
         "Rows layout");
   }

@@ -1,4 +1,4 @@
-// The Interleaved8 layout of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q4_k / q5_k / q6_k /
+// The Interleaved8 layout of q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q2_k..q6_k /
 // iq4_xs matrices (WeightLayout in kernels.h), made once at load.
 //
 // Rows are taken in groups of 8 (the last group zero-padded). For each block index b a group
@@ -116,6 +116,24 @@ struct BlockIQ4_XSx8 {
 };
 static_assert(sizeof(BlockIQ4_XSx8) == kInterleavedRows * sizeof(BlockIQ4_XS));
 
+// q2_k: the 16 scale|min bytes as four words per row, the 64 quant bytes 4 at a time, d, dmin.
+struct BlockQ2_Kx8 {
+  uint8_t scales[4][kInterleavedRows][4];
+  uint8_t qs[16][kInterleavedRows][4];
+  uint16_t d[kInterleavedRows];
+  uint16_t dmin[kInterleavedRows];
+};
+static_assert(sizeof(BlockQ2_Kx8) == kInterleavedRows * sizeof(BlockQ2_K));
+
+// q3_k: hmask and qs 4 bytes at a time, the 12 packed scale bytes as three words per row, d.
+struct BlockQ3_Kx8 {
+  uint8_t hmask[8][kInterleavedRows][4];
+  uint8_t qs[16][kInterleavedRows][4];
+  uint8_t scales[3][kInterleavedRows][4];
+  uint16_t d[kInterleavedRows];
+};
+static_assert(sizeof(BlockQ3_Kx8) == kInterleavedRows * sizeof(BlockQ3_K));
+
 // The dtypes that have an Interleaved8 layout.
 inline bool has_interleaved_layout(DType dtype) {
   switch (dtype) {
@@ -125,6 +143,8 @@ inline bool has_interleaved_layout(DType dtype) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::IQ4_NL:
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
@@ -146,6 +166,10 @@ constexpr int64_t interleaved_block_bytes(DType dtype) {
       return sizeof(BlockQ4_1x8);
     case DType::Q5_1:
       return sizeof(BlockQ5_1x8);
+    case DType::Q2_K:
+      return sizeof(BlockQ2_Kx8);
+    case DType::Q3_K:
+      return sizeof(BlockQ3_Kx8);
     case DType::Q4_K:
       return sizeof(BlockQ4_Kx8);
     case DType::Q5_K:

@@ -27,7 +27,7 @@ using test::supported_isas;
 
 constexpr DType kQuantized[] = {DType::Q8_0, DType::Q4_0,   DType::Q4_1, DType::Q5_0,
                                 DType::Q5_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K,
-                                DType::Q6_K, DType::IQ4_XS};
+                                DType::Q6_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K};
 
 bool is_super_block(DType dtype) {
   return dtype_block_elems(dtype) == 256;
@@ -252,6 +252,23 @@ void fill_extreme_block(DType dtype, uint8_t* blk, uint16_t d, int pattern) {
       std::memcpy(blk + 208, &d, 2);
       break;
     }
+    case DType::Q2_K: {  // q 3 / 0 / mixed; scale 15 with min 15 / 0 / alternating
+      std::memset(blk, pattern == 0 ? 0xff : 0x0f, 16);
+      if (pattern == 2) {
+        for (int i = 0; i < 16; i += 2) blk[i] = 0xff;
+      }
+      std::memset(blk + 16, pattern == 0 ? 0xff : pattern == 1 ? 0x00 : 0x33, 64);
+      std::memcpy(blk + 80, &d, 2);
+      std::memcpy(blk + 82, &d, 2);
+      break;
+    }
+    case DType::Q3_K: {  // q 3 / -4 / mixed; scales +31 / -32 / mixed
+      std::memset(blk, pattern == 0 ? 0xff : pattern == 1 ? 0x00 : 0x0f, 32);       // hmask
+      std::memset(blk + 32, pattern == 0 ? 0xff : pattern == 1 ? 0x00 : 0xcc, 64);  // qs
+      std::memset(blk + 96, pattern == 0 ? 0xff : pattern == 1 ? 0x00 : 0xf0, 12);  // scales
+      std::memcpy(blk + 108, &d, 2);
+      break;
+    }
     case DType::IQ4_XS: {  // levels +113 / -127 / mixed; scales 63 - 32 / 0 - 32 / alternating
       const uint16_t high = pattern == 0 ? 0xffff : pattern == 1 ? 0x0000 : 0x5555;
       std::memcpy(blk + 2, &high, 2);
@@ -328,6 +345,8 @@ TEST(KernelsInterleaved, ExtremeQuantsAndZeroScalesGiveExactDots) {
           // the mins' part as large): only the f32 accumulation rounds.
           const double bound = dtype == DType::Q6_K     ? 2.0 * 256 * 128 * 32
                                : dtype == DType::IQ4_XS ? 2.0 * 256 * 127 * 32
+                               : dtype == DType::Q3_K   ? 2.0 * 256 * 128 * 32
+                               : dtype == DType::Q2_K   ? 2.0 * 256 * 128 * 15 * 4
                                : is_super_block(dtype)  ? 2.0 * 2 * 256 * 63 * 31
                                                         : 2.0 * 32 * 128;
           EXPECT_NEAR(y[i], want[i], 1e-5 * bound)
