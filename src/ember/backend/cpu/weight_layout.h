@@ -134,25 +134,10 @@ struct BlockQ3_Kx8 {
 };
 static_assert(sizeof(BlockQ3_Kx8) == kInterleavedRows * sizeof(BlockQ3_K));
 
-// The dtypes that have an Interleaved8 layout.
+// The dtypes that have an Interleaved8 layout: every quantized weight type but q8_1 (no tiles:
+// it appears only in files that ask for it) and q8_k (an activation type).
 inline bool has_interleaved_layout(DType dtype) {
-  switch (dtype) {
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::IQ4_NL:
-    case DType::Q2_K:
-    case DType::Q3_K:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-    case DType::IQ4_XS:
-      return true;
-    default:
-      return false;
-  }
+  return dtype_is_quantized(dtype) && dtype != DType::Q8_1 && dtype != DType::Q8_K;
 }
 
 // Bytes of one interleaved block (8 rows' blocks; q4_k: super-blocks) of an interleaved dtype.
