@@ -10,6 +10,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "test_util.h"
 #include "unit/backend/cpu/kernels_test_util.h"
@@ -266,6 +269,50 @@ TEST(CliRun, GreedyIsTheSameForEveryThreadCount) {
   ASSERT_EQ(two.exit_code, 0) << two.err;
   EXPECT_EQ(one.out, two.out);
   EXPECT_EQ(one.out.rfind("Once upon a time", 0), 0u) << "stdout starts with the prompt";
+}
+
+// --draft / --draft-dtype / --draft-layers: every draft gives the plain run's seeded text, the
+// stats name the draft, bench --json reports the proposer and its cost ratio; a draft with another
+// vocabulary, a draft where nothing decodes (score) and too many layers are one-line errors.
+TEST(CliRun, DraftModelsKeepTheSeededTextAndBadDraftsAreRefused) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  auto other = test::fixture("models/family-zoo/gpt2.gguf");  // GPT-2 BPE
+  EMBER_REQUIRE_FIXTURE(model);
+  EMBER_REQUIRE_FIXTURE(other);
+  const std::string m = "-m " + test::shell_quote(model.string());
+  const std::string run = "run " + m + " -p 'Once upon a time' --temp 0.8 --seed 3 -n 60";
+  auto plain = test::run_ember(run);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::vector<std::pair<std::string, std::string>> drafts = {
+      {"--draft-layers 3", "the model, first 3 layers"},
+      {"--draft-dtype q4_0", "q4_0 copy of the model"},
+      {"--draft " + test::shell_quote(model.string()) + " --draft-dtype q8_0",
+       "stories260K.gguf as q8_0"}};
+  for (const auto& [flags, name] : drafts) {
+    auto r = test::run_ember(run + " " + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.err;
+    EXPECT_EQ(r.out, plain.out) << flags;
+    EXPECT_NE(r.err.find("speculative (" + name + ")"), std::string::npos) << r.err;
+  }
+  auto bench = test::run_ember("bench " + m + " --draft-dtype q8_0 -p 0 -n 16 -r 1 -t 1 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("\"proposer\": \"draft\""), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("\"cost_ratio\""), std::string::npos) << bench.out;
+
+  auto vocab = test::run_ember(run + " --draft " + test::shell_quote(other.string()));
+  EXPECT_EQ(vocab.exit_code, 1);
+  EXPECT_NE(vocab.err.find("share the vocabulary"), std::string::npos) << vocab.err;
+  auto layers = test::run_ember(run + " --draft-layers 9");
+  EXPECT_EQ(layers.exit_code, 1);
+  EXPECT_NE(layers.err.find("--draft-layers 9 must be below the model's 5 layers"),
+            std::string::npos)
+      << layers.err;
+  auto dtype = test::run_ember(run + " --draft-dtype q9_9");
+  EXPECT_EQ(dtype.exit_code, 1);
+  EXPECT_NE(dtype.err.find("unknown --draft-dtype 'q9_9'"), std::string::npos) << dtype.err;
+  auto score = test::run_ember("score -q " + m + " -p 'Once upon a time' --draft-layers 2");
+  EXPECT_EQ(score.exit_code, 1);
+  EXPECT_NE(score.err.find("speculative decoding does not apply"), std::string::npos) << score.err;
 }
 
 TEST(CliRun, SameSeedSameTextDifferentSeedDifferentText) {

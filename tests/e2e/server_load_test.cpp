@@ -113,13 +113,12 @@ TEST(ServerLoad, ThirtyTwoConcurrentStreamsAllComplete) {
   EXPECT_GE(m["ember_generation_tokens_total"], 32 * 8 + 31 * 32 / 2);
 }
 
-// serve --lookup 3: 32 concurrent greedy streams (some opting out with "speculative": false) give
-// exactly the text plain `ember run` gives, the guesses show in /metrics, and every block comes
-// back (the rejected guesses' included).
-TEST(ServerLoad, SpeculativeLookupUnderLoadKeepsGreedyOutputs) {
-  EMBER_REQUIRE_FIXTURE(stories_model());
+// serve with speculation (`proposer`: its flags): 32 concurrent greedy streams (some opting out
+// with "speculative": false) give exactly the text plain `ember run` gives, the guesses show in
+// /metrics, and every block comes back (the rejected guesses' included).
+void expect_speculative_serve_keeps_greedy_outputs(const std::string& proposer) {
   test::ServerProcess server("-m " + test::shell_quote(stories_model()) +
-                             " -t 2 --max-seqs 32 --lookup 3 --draft-max 4");
+                             " -t 2 --max-seqs 32 --draft-max 4 " + proposer);
   ASSERT_TRUE(server.ready()) << server.startup_error();
   const std::vector<std::string> starts = {"Once upon a time", "Lily and Ben", "The dog",
                                            "One day, a little"};
@@ -152,6 +151,16 @@ TEST(ServerLoad, SpeculativeLookupUnderLoadKeepsGreedyOutputs) {
   EXPECT_GT(m["ember_spec_draft_tokens_total"], 0);
   EXPECT_GT(m["ember_spec_accepted_tokens_total"], 0);
   EXPECT_GT(m["ember_spec_mean_accepted_length"], 1.0);
+}
+
+TEST(ServerLoad, SpeculativeLookupUnderLoadKeepsGreedyOutputs) {
+  EMBER_REQUIRE_FIXTURE(stories_model());
+  expect_speculative_serve_keeps_greedy_outputs("--lookup 3");
+}
+
+TEST(ServerLoad, SpeculativeDraftUnderLoadKeepsGreedyOutputs) {
+  EMBER_REQUIRE_FIXTURE(stories_model());
+  expect_speculative_serve_keeps_greedy_outputs("--draft-dtype q8_0 --draft-layers 4");
 }
 
 TEST(ServerLoad, PrefixCacheHitsShowInUsageAndMetrics) {

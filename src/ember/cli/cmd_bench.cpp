@@ -185,8 +185,8 @@ struct BenchRun {
       false;  // see has_interleaved_layout: interleaved at load unless --no-interleave
 };
 
-LLMEngineOptions bench_engine_options(const BenchOptions& o) {
-  LLMEngineOptions eo = o.model.engine_options();
+LLMEngineOptions bench_engine_options(const BenchOptions& o, const LoadedModel* draft) {
+  LLMEngineOptions eo = o.model.engine_options(draft);
   eo.engine.max_context = std::max<int64_t>(
       {o.model.context, o.prompt_tokens + 1, o.decode_context + o.gen_tokens + 2, 16});
   eo.engine.max_sequences = o.batch;
@@ -282,9 +282,18 @@ double kv_bytes_read_per_token(const BenchOptions& o, const BenchRun& run) {
   return context * static_cast<double>(run.kv_bytes_per_token);
 }
 
+// The proposer's cost per guess over the plain decode's cost per token, c: a draft forward step
+// makes one guess per sequence in it, a plain step one token per sequence (prompt lookup: ~0).
+double speculative_cost_ratio(const BenchRun& run) {
+  if (run.spec.drafted == 0 || run.tg_plain.empty()) return 0.0;
+  return run.spec.propose_seconds / static_cast<double>(run.spec.drafted) *
+         summarize(run.tg_plain).median;
+}
+
 // Speculation's speedup in this run (median of the per-repetition ratios) and the value the
-// acceptance rate a predicts for a free proposer, (1 - a^(k+1)) / (1 - a), with k the mean guesses
-// per verifying step (the engine adapts k; steps it skipped proposing count as plain ones).
+// acceptance rate a and the cost ratio c predict, (1 - a^(k+1)) / ((1 - a)(k c + 1)), with k the
+// mean guesses per verifying step (the engine adapts k; steps it skipped proposing count as plain
+// ones).
 std::pair<double, double> speculative_speedup(const BenchRun& run) {
   std::vector<double> ratios;
   for (size_t i = 0; i < run.tg.size() && i < run.tg_plain.size(); ++i) {
@@ -294,7 +303,8 @@ std::pair<double, double> speculative_speedup(const BenchRun& run) {
   const double k = run.spec.verify_steps > 0 ? static_cast<double>(run.spec.drafted) /
                                                    static_cast<double>(run.spec.verify_steps)
                                              : 0.0;
-  const double theory = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
+  const double theory =
+      (1.0 - std::pow(a, k + 1)) / ((1.0 - a) * (k * speculative_cost_ratio(run) + 1.0));
   return {summarize(ratios).median, theory};
 }
 
@@ -334,8 +344,11 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
     j["kv_bytes_per_token"] = run.kv_bytes_per_token;
     j["kv_bytes_read_per_generated_token"] = kv_bytes_read_per_token(o, run);
     if (eo.speculative.enabled()) {
-      j["speculative"] = {{"proposer", "lookup"},
+      j["speculative"] = {{"proposer", eo.speculative.uses_draft() ? "draft" : "lookup"},
+                          {"draft", eo.speculative.proposer_name()},
                           {"lookup_ngram", eo.speculative.lookup_ngram},
+                          {"draft_layers", eo.speculative.draft_layers},
+                          {"cost_ratio", speculative_cost_ratio(run)},
                           {"draft_max", eo.speculative.draft_max},
                           {"verify_steps", run.spec.verify_steps},
                           {"drafted", run.spec.drafted},
@@ -432,15 +445,15 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
   }
   if (eo.speculative.enabled() && !run.tg.empty()) {
     std::printf(
-        "speculative (lookup %d, up to %d guesses): %lld guesses, %lld kept (acceptance %.1f%%), "
-        "%.2f tokens per verifying step\n",
-        eo.speculative.lookup_ngram, eo.speculative.draft_max, (long long)run.spec.drafted,
-        (long long)run.spec.accepted, 100 * run.spec.acceptance_rate(),
-        run.spec.mean_accepted_length());
+        "speculative (%s, up to %d guesses): %lld guesses, %lld kept (acceptance %.1f%%), "
+        "%.2f tokens per verifying step, proposer cost per guess %.3f of a plain token's\n",
+        eo.speculative.proposer_name().c_str(), eo.speculative.draft_max,
+        (long long)run.spec.drafted, (long long)run.spec.accepted, 100 * run.spec.acceptance_rate(),
+        run.spec.mean_accepted_length(), speculative_cost_ratio(run));
     const auto [speedup, theory] = speculative_speedup(run);
     std::printf(
         "  plain decode of the same prompts %.1f tok/s; speedup %.2fx (median of %zu), "
-        "theoretical (1 - a^(k+1)) / (1 - a) = %.2fx: %.0f%% of it\n",
+        "theoretical (1 - a^(k+1)) / ((1 - a)(kc + 1)) = %.2fx: %.0f%% of it\n",
         summarize(run.tg_plain).median, speedup, run.tg_plain.size(), theory,
         100 * speedup / theory);
   }
@@ -469,7 +482,8 @@ int bench_command(const BenchOptions& o) {
   if (o.probe_mb < 1) throw Error(ErrorKind::InvalidArgument, "bench: --probe-mb must be >= 1");
   prefix_tiers(o);  // a bad flag fails before the model loads
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
-  const LLMEngineOptions eo = bench_engine_options(o);
+  const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
+  const LLMEngineOptions eo = bench_engine_options(o, draft.get());
   const BenchRun run = measure(o, model, eo);
   if (o.json) {
     print_json(o, model, eo, run);

@@ -83,7 +83,8 @@ int chat_command(const ChatOptions& o) {
                                    ? ChatTemplate::detect(find_chat_template_source(
                                          model.checkpoint.path, model.checkpoint.gguf.get()))
                                    : ChatTemplate::from_name(o.template_name);
-  LLMEngineOptions eo = o.model.engine_options();
+  const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
+  LLMEngineOptions eo = o.model.engine_options(draft.get());
   eo.scheduler.max_batched_tokens = 4096;
   LLMEngine engine(model.weights, &tok, eo);
   const bool interactive = isatty(STDIN_FILENO) != 0;

@@ -65,13 +65,13 @@ void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunSta
                static_cast<long long>(kv.block_size));
   const SpeculativeStats& spec = engine.speculative_stats();
   if (spec.verify_steps > 0 || spec.propose_seconds > 0) {
-    std::fprintf(
-        stderr,
-        "[ember] speculative (prompt lookup): %lld guesses, %lld kept (acceptance %.1f%%), "
-        "%.2f tokens per verifying step, propose %.2f ms, verify steps %.1f ms\n",
-        static_cast<long long>(spec.drafted), static_cast<long long>(spec.accepted),
-        100 * spec.acceptance_rate(), spec.mean_accepted_length(), spec.propose_seconds * 1e3,
-        spec.verify_seconds * 1e3);
+    std::fprintf(stderr,
+                 "[ember] speculative (%s): %lld guesses, %lld kept (acceptance %.1f%%), "
+                 "%.2f tokens per verifying step, propose %.2f ms, verify steps %.1f ms\n",
+                 engine.speculative_options().proposer_name().c_str(),
+                 static_cast<long long>(spec.drafted), static_cast<long long>(spec.accepted),
+                 100 * spec.acceptance_rate(), spec.mean_accepted_length(),
+                 spec.propose_seconds * 1e3, spec.verify_seconds * 1e3);
   }
 }
 
@@ -82,7 +82,8 @@ int run_command(const RunOptions& o) {
   std::vector<int32_t> ids = tok.encode(prompt, !o.no_bos && tok.add_bos_default());
   if (ids.empty()) throw Error("the prompt is empty and BOS is disabled: nothing to condition on");
 
-  LLMEngineOptions eo = o.model.engine_options();
+  const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
+  LLMEngineOptions eo = o.model.engine_options(draft.get());
   // The whole prompt in one forward step.
   eo.scheduler.max_batched_tokens =
       std::max<int64_t>(eo.scheduler.max_batched_tokens, static_cast<int64_t>(ids.size()));

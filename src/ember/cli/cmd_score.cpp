@@ -143,6 +143,11 @@ void print_divergence(const Divergence& d, const EngineOptions& base, const Engi
 int score_command(const ScoreOptions& o) {
   std::optional<DType> kv_baseline;  // checked before the model loads
   if (!o.kv_baseline.empty()) kv_baseline = parse_kv_baseline(o.kv_baseline);
+  if (o.model.lookup > 0 || o.model.wants_draft()) {
+    throw Error::invalid_request(o.model.lookup > 0 ? "--lookup" : "--draft",
+                                 "score computes the prompt's logits and generates nothing: "
+                                 "speculative decoding does not apply");
+  }
   bool need_tokenizer = o.ids.empty();
   LoadedModel model = load_model(o.model.load_options(need_tokenizer));
   std::vector<int32_t> ids;

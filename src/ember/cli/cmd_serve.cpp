@@ -197,7 +197,8 @@ int serve_command(const ServeOptions& o) {
                                    model.checkpoint.path, model.checkpoint.gguf.get()));
 
   AsyncEngineOptions so;
-  so.engine = o.model.engine_options();
+  const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
+  so.engine = o.model.engine_options(draft.get());
   so.engine.engine.max_sequences = o.max_seqs;
   so.engine.engine.block_size = o.block_size;
   std::string kv_sizing;

@@ -1,11 +1,13 @@
 #include "ember/cli/options.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 
 #include "ember/backend/kv_row_format.h"
 #include "ember/core/error.h"
+#include "ember/engine/draft_proposer.h"
 #include "ember/kv/capacity_plan.h"
 
 namespace ember::cli {
@@ -42,6 +44,16 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
       ->capture_default_str();
   app.add_option("--draft-max", o.draft_max, "Speculative guesses per step (1..64)")
       ->capture_default_str();
+  app.add_option("--draft", o.draft,
+                 "Speculative decoding with a draft model (any format ember loads, sharing the "
+                 "model's vocabulary): it guesses the next --draft-max tokens greedily, the model "
+                 "checks them in one step; the output is unchanged");
+  app.add_option("--draft-dtype", o.draft_dtype,
+                 "Quantize the draft at load to this dtype; without --draft, the model itself "
+                 "quantized lower is the draft (self-speculation, e.g. q4_0 on a bf16 model)");
+  app.add_option("--draft-layers", o.draft_layers,
+                 "Early-exit draft: the first N layers of the draft (without --draft: of the "
+                 "model, reading the same weights) with the final norm and head");
   app.add_flag("--kv-rotate", o.kv_rotate,
                "Store K multiplied by a Hadamard matrix per quantization group (queries rotated "
                "alike, scores unchanged): spreads K's outlier channels before quantization, for "
@@ -137,13 +149,59 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   return o;
 }
 
-LLMEngineOptions ModelOptions::engine_options() const {
+std::unique_ptr<LoadedModel> ModelOptions::load_draft(const LoadedModel& target) const {
+  if (draft.empty() && draft_dtype.empty()) return nullptr;
+  std::optional<DType> dt;
+  if (!draft_dtype.empty()) {
+    dt = dtype_from_name(draft_dtype);
+    if (!dt || *dt == DType::Q8_1 || *dt == DType::Q8_K) {
+      throw Error::invalid_request("--draft-dtype", "unknown --draft-dtype '" + draft_dtype +
+                                                        "' (expected a --dtype name, e.g. q4_0)");
+    }
+  }
+  LoadOptions lo = load_options(/*need_tokenizer=*/target.tokenizer != nullptr);
+  if (!draft.empty()) {  // another model: its own tokenizer, no dummy weights
+    lo.path = draft;
+    lo.tokenizer_path.clear();
+    lo.dummy = false;
+    lo.dtype = dt;
+  } else {
+    lo.dtype = dt;  // the model itself, quantized as asked
+  }
+  lo.shared_backend = target.weights.backend;
+  auto d = std::make_unique<LoadedModel>(load_model(lo));
+  if (d->tokenizer && target.tokenizer) check_draft_vocabulary(*target.tokenizer, *d->tokenizer);
+  if (d->weights.matrix_bytes() > target.weights.matrix_bytes()) {
+    std::fprintf(stderr,
+                 "[ember] warning: the draft's weights (%lld bytes) are larger than the model's "
+                 "(%lld): it will cost more than it saves\n",
+                 static_cast<long long>(d->weights.matrix_bytes()),
+                 static_cast<long long>(target.weights.matrix_bytes()));
+  }
+  return d;
+}
+
+LLMEngineOptions ModelOptions::engine_options(const LoadedModel* draft_model) const {
   LLMEngineOptions o;
   o.engine.kv_dtype = parsed_kv_dtype();
   if (const DType v = parsed_kv_dtype_v(); v != o.engine.kv_dtype) o.engine.kv_dtype_v = v;
   o.engine.kv_rotate = kv_rotate;
   o.speculative.lookup_ngram = lookup;
   o.speculative.draft_max = draft_max;
+  if ((!draft.empty() || !draft_dtype.empty()) && draft_model == nullptr) {
+    throw Error::invalid_request(draft.empty() ? "--draft-dtype" : "--draft",
+                                 "this command does not run speculative decoding");
+  }
+  if (draft_model != nullptr) {
+    o.speculative.draft = &draft_model->weights;
+    o.speculative.draft_label = draft.empty()
+                                    ? draft_dtype + " copy of the model"
+                                    : std::filesystem::path(draft).filename().string() +
+                                          (draft_dtype.empty() ? "" : " as " + draft_dtype);
+  } else {
+    o.speculative.draft_label = "the model";
+  }
+  o.speculative.draft_layers = draft_layers;
   o.engine.max_context = context;
   return o;
 }

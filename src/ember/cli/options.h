@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -37,13 +38,23 @@ struct ModelOptions {
   std::string kv_dtype_k;  // empty: as --kv-dtype
   std::string kv_dtype_v;
   bool kv_rotate = false;
-  int32_t lookup = 0;     // --lookup N: prompt-lookup speculation
-  int32_t draft_max = 5;  // --draft-max K
+  int32_t lookup = 0;        // --lookup N: prompt-lookup speculation
+  int32_t draft_max = 5;     // --draft-max K
+  std::string draft;         // --draft MODEL: speculation with a draft model
+  std::string draft_dtype;   // --draft-dtype: the draft (or the model itself) quantized to this
+  int64_t draft_layers = 0;  // --draft-layers N: the draft cut to its first N layers
 
   void add_to(CLI::App& app, unsigned sets = 0);
   LoadOptions load_options(bool need_tokenizer) const;
-  // The context and KV cache options as engine options (scheduler defaults).
-  LLMEngineOptions engine_options() const;
+  bool wants_draft() const { return !draft.empty() || !draft_dtype.empty() || draft_layers > 0; }
+  // The draft model --draft / --draft-dtype ask for, built into the target's backend, its
+  // vocabulary checked against the target's; null when neither was given (--draft-layers alone
+  // cuts the target itself).
+  std::unique_ptr<LoadedModel> load_draft(const LoadedModel& target) const;
+  // The context, KV cache and speculation options as engine options (scheduler defaults), with
+  // the draft load_draft() gave (which must outlive the engine). Throws when a draft was asked for
+  // and the command did not load it.
+  LLMEngineOptions engine_options(const LoadedModel* draft = nullptr) const;
   std::optional<DType> parsed_dtype() const;
   DType parsed_kv_dtype() const;  // K's dtype
   DType parsed_kv_dtype_v() const;

@@ -72,6 +72,29 @@ SchedulerConfig scheduler_config(const ModelWeights& weights, const LLMEngineOpt
   return s;
 }
 
+void check_speculative_options(const ModelWeights& weights, const LLMEngineOptions& options) {
+  const SpeculativeOptions& spec = options.speculative;
+  if (spec.lookup_ngram < 0 || spec.draft_max < 0 || spec.draft_max > 64) {
+    throw Error::invalid_request("--draft-max",
+                                 "--lookup must be >= 0 and --draft-max between 0 and 64");
+  }
+  if (spec.draft_layers < 0) {
+    throw Error::invalid_request("--draft-layers", "--draft-layers must be >= 1");
+  }
+  if (spec.lookup_ngram > 0 && spec.uses_draft()) {
+    throw Error::invalid_request("--lookup",
+                                 "--lookup and a draft model (--draft, --draft-dtype, "
+                                 "--draft-layers) are alternatives: choose one proposer");
+  }
+  if (spec.enabled() && scheduler_config(weights, options).sliding_window > 0) {
+    // The blocks behind the window are given back as the cache grows; guesses that are then cut
+    // off would have moved the window too far.
+    throw Error::invalid_request(spec.uses_draft() ? "--draft" : "--lookup",
+                                 "speculative decoding is not supported yet with a model whose "
+                                 "every layer has a sliding window");
+  }
+}
+
 }  // namespace
 
 LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
@@ -82,16 +105,13 @@ LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
       scheduler_(scheduler_config(weights, options), runner_.kv_shape().n_blocks,
                  runner_.kv_shape().block_size, options.engine.prefix_caching),
       speculative_(options.speculative) {
-  if (speculative_.lookup_ngram < 0 || speculative_.draft_max < 0 || speculative_.draft_max > 64) {
-    throw Error::invalid_request("--draft-max",
-                                 "--lookup must be >= 0 and --draft-max between 0 and 64");
-  }
-  if (speculative_.enabled() && scheduler_config(weights, options).sliding_window > 0) {
-    // The blocks behind the window are given back as the cache grows; guesses that are then cut
-    // off would have moved the window too far.
-    throw Error::invalid_request("--lookup",
-                                 "speculative decoding is not supported yet with a model whose "
-                                 "every layer has a sliding window");
+  check_speculative_options(weights, options);
+  if (speculative_.enabled() && speculative_.uses_draft()) {
+    const ModelWeights& draft = speculative_.draft != nullptr ? *speculative_.draft : weights;
+    EngineOptions kv = options.engine;
+    kv.max_context = runner_.max_context();
+    draft_ = std::make_unique<DraftProposer>(draft, speculative_.draft_layers, kv,
+                                             runner_.kv_shape().n_blocks, vocab_size());
   }
   const KvTierOptions& tiers = options.engine.kv_tiers;
   if (tiers.enabled()) {
@@ -448,6 +468,7 @@ void LLMEngine::finish(Sequence* s, FinishReason reason, const std::string& erro
     ++metrics_.requests_finished;
     if (reason == FinishReason::Cancelled) ++metrics_.requests_cancelled;
   }
+  if (draft_) draft_->forget(s->id);
   // Frees the blocks (or keeps them for the request's session); the sequence is destroyed here.
   if (s->request.session != 0 && (reason == FinishReason::Stop || reason == FinishReason::Length)) {
     keep_session(s);

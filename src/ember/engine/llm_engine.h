@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ember/backend/batch.h"
+#include "ember/engine/draft_proposer.h"
 #include "ember/engine/metrics.h"
 #include "ember/engine/model_runner.h"
 #include "ember/engine/request.h"
@@ -81,6 +82,9 @@ class LLMEngine {
   // Drops the disk tier's files from the OS page cache (bench: a restore that reads the disk).
   void drop_disk_tier_page_cache();
   const SpeculativeStats& speculative_stats() const { return spec_stats_; }
+  const SpeculativeOptions& speculative_options() const { return speculative_; }
+  // The draft model's proposer (null without one).
+  const DraftProposer* draft() const { return draft_.get(); }
   // The tiers' counters (zeros without tiers).
   KvTierStats kv_tier_stats() const;
 
@@ -121,7 +125,8 @@ class LLMEngine {
   std::unique_ptr<KvTierStore> kv_tiers_;  // offload tiers, when configured
   std::unique_ptr<KvTierSpill> kv_spill_;
   SpeculativeOptions speculative_;
-  SpeculativeStats spec_stats_;  // engine thread; copied into metrics_ by update_gauges
+  std::unique_ptr<DraftProposer> draft_;  // the draft model, when speculation uses one
+  SpeculativeStats spec_stats_;           // engine thread; copied into metrics_ by update_gauges
   Batch batch_;
   std::unordered_map<int64_t, SessionCache> sessions_;
   mutable std::atomic<int64_t> next_id_{1};

@@ -1,7 +1,8 @@
-// LLMEngine's speculative decoding (engine/speculative.h): guesses go into the decoders' token
-// lists before the schedule, come out again where the schedule did not take them, and after the
-// forward step each carrying sequence samples its rows in order and keeps the guesses its sampler
-// chose. Every emitted token is the sampler's draw for its row, so the output does not change.
+// LLMEngine's speculative decoding (engine/speculative.h, engine/draft_proposer.h): guesses go into
+// the decoders' token lists before the schedule, come out again where the schedule did not take
+// them, and after the forward step each carrying sequence samples its rows in order and keeps the
+// guesses its sampler chose. Every emitted token is the sampler's draw for its row, so the output
+// does not change.
 #include <algorithm>
 #include <chrono>
 #include <unordered_set>
@@ -12,6 +13,8 @@ namespace ember {
 
 void LLMEngine::propose_drafts() {
   const auto start = std::chrono::steady_clock::now();
+  std::vector<Sequence*> asking;
+  std::vector<DraftRequest> requests;
   for (const std::unique_ptr<Sequence>& ptr : scheduler_.running()) {
     Sequence& s = *ptr;
     if (!s.request.speculative || s.request.wants_prompt_rows() || !s.prefilled() ||
@@ -29,9 +32,21 @@ void LLMEngine::propose_drafts() {
     const int64_t want = s.spec_k > 0 ? s.spec_k : speculative_.draft_max;
     const int64_t k = std::min<int64_t>(want, room);
     if (k <= 0) continue;
-    const std::vector<int32_t> guesses = propose_lookup(s.tokens, speculative_.lookup_ngram, k);
-    s.tokens.insert(s.tokens.end(), guesses.begin(), guesses.end());
-    s.n_draft = static_cast<int64_t>(guesses.size());
+    asking.push_back(&s);
+    requests.push_back({s.id, s.tokens, k});
+  }
+  std::vector<std::vector<int32_t>> guesses;
+  if (draft_ && !requests.empty()) {
+    guesses = draft_->propose(requests);
+  } else {
+    for (const DraftRequest& r : requests) {
+      guesses.push_back(propose_lookup(r.tokens, speculative_.lookup_ngram, r.k));
+    }
+  }
+  for (size_t i = 0; i < asking.size(); ++i) {
+    Sequence& s = *asking[i];
+    s.tokens.insert(s.tokens.end(), guesses[i].begin(), guesses[i].end());
+    s.n_draft = static_cast<int64_t>(guesses[i].size());
   }
   spec_stats_.propose_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

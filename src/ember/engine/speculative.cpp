@@ -4,6 +4,12 @@
 
 namespace ember {
 
+std::string SpeculativeOptions::proposer_name() const {
+  if (!uses_draft()) return "prompt lookup";
+  if (draft_layers <= 0) return draft_label;
+  return draft_label + ", first " + std::to_string(draft_layers) + " layers";
+}
+
 std::vector<int32_t> propose_lookup(std::span<const int32_t> tokens, int32_t max_ngram,
                                     int64_t max_draft) {
   const auto size = static_cast<int64_t>(tokens.size());

@@ -10,19 +10,33 @@
 //
 // Proposers: prompt lookup (--lookup N): the continuation of the latest earlier occurrence of the
 // sequence's last n tokens (n = N down to 1) in its prompt and generated text. No model, no memory;
-// strong where the output repeats its input (editing, summarizing, code, quoting).
+// strong where the output repeats its input (editing, summarizing, code, quoting). A draft model
+// (--draft, --draft-dtype, --draft-layers; engine/draft_proposer.h): a cheaper model's greedy
+// continuation.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace ember {
 
+struct ModelWeights;
+
 struct SpeculativeOptions {
   int32_t lookup_ngram = 0;  // --lookup N: longest n-gram the proposer matches (0: off)
   int32_t draft_max = 5;     // --draft-max K: guesses per step
-  bool enabled() const { return lookup_ngram > 0 && draft_max > 0; }
+  // The draft model's weights (--draft MODEL, --draft-dtype; must outlive the engine); null: none.
+  const ModelWeights* draft = nullptr;
+  // --draft-layers N: the draft (or, without one, the model itself) cut to its first N layers plus
+  // the final norm and head: an early exit reading the same weights. 0: every layer.
+  int64_t draft_layers = 0;
+  std::string draft_label = "draft model";  // how stats name the draft ("q4_0 copy", a file name)
+  bool uses_draft() const { return draft != nullptr || draft_layers > 0; }
+  bool enabled() const { return (lookup_ngram > 0 || uses_draft()) && draft_max > 0; }
+  // "prompt lookup", or the draft's label (with its layers for an early exit).
+  std::string proposer_name() const;
 };
 
 struct SpeculativeStats {

@@ -495,8 +495,10 @@ LoadedModel load_model(const LoadOptions& options) {
   copts.dummy = options.dummy;
   copts.tokenizer_path = options.tokenizer_path;
   m.checkpoint = open_checkpoint(options.path, copts);
-  m.weights = build_weights(m.checkpoint, options.dtype, options.dummy_seed,
-                            make_backend(options.backend), options.check_weights);
+  m.weights =
+      build_weights(m.checkpoint, options.dtype, options.dummy_seed,
+                    options.shared_backend ? options.shared_backend : make_backend(options.backend),
+                    options.check_weights);
   m.weights.fingerprint = weights_fingerprint(m.checkpoint, options);
   if (!m.weights.non_finite_tensors.empty()) {
     std::string names;

@@ -30,6 +30,9 @@ struct LoadOptions {
   // Which backend runs the model, its threads, and how it keeps the weights (--backend, -t,
   // --no-interleave, --no-mmap).
   BackendOptions backend;
+  // Builds the weights into this backend instead of making one from `backend` (a draft model
+  // shares the target's backend: one thread pool, one device).
+  std::shared_ptr<Backend> shared_backend;
 };
 
 struct LoadedModel {

@@ -1,7 +1,9 @@
-// Speculative decoding by prompt lookup (engine/speculative.h): the proposer's matches, and the
-// engine's exactness — greedy and seeded sampling give the same tokens with and without guesses on
-// stories260K and the SmolLM2-shaped dummy, alone and batched with other sequences — with every KV
-// block back afterwards, the rejected guesses' K/V cut off, and the settings checked.
+// Speculative decoding by prompt lookup (engine/speculative.h) and by a draft model
+// (engine/draft_proposer.h): the lookup proposer's matches, and the engine's exactness — greedy and
+// seeded sampling give the same tokens with and without guesses on stories260K and the
+// SmolLM2-shaped dummy, alone and batched with other sequences, for prompt lookup, an early-exit
+// draft, lower-bit copies of the model and another file — with every KV block (the target's and
+// the draft's) back afterwards, the rejected guesses' K/V cut off, and the settings checked.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "ember/core/error.h"
+#include "ember/engine/draft_proposer.h"
 #include "ember/engine/llm_engine.h"
 #include "ember/engine/speculative.h"
 #include "ember/model/model_loader.h"
@@ -52,10 +55,11 @@ class SpeculativeEngine : public ::testing::Test {
   // Runs every request together in one engine; the generated tokens of each.
   static std::vector<Generated> generate(const LoadedModel& m, std::vector<GenerationRequest> reqs,
                                          const SpeculativeOptions& spec,
-                                         SpeculativeStats* stats = nullptr) {
+                                         SpeculativeStats* stats = nullptr, int64_t kv_blocks = 0) {
     LLMEngineOptions eo;
     eo.engine.max_context = 512;
     eo.engine.max_sequences = static_cast<int64_t>(reqs.size());
+    eo.engine.kv_blocks = kv_blocks;
     eo.engine.prefix_caching = true;
     eo.scheduler.max_sequences = static_cast<int64_t>(reqs.size());
     eo.scheduler.max_batched_tokens = 256;
@@ -73,6 +77,9 @@ class SpeculativeEngine : public ::testing::Test {
       }
     }
     EXPECT_EQ(engine.kv().used_blocks(), 0);  // every block back, guesses' included
+    if (engine.draft() != nullptr) {
+      EXPECT_EQ(engine.draft()->blocks_in_use(), 0);  // and every draft block
+    }
     if (stats != nullptr) *stats = engine.speculative_stats();
     return out;
   }
@@ -90,9 +97,17 @@ class SpeculativeEngine : public ::testing::Test {
   // The same requests without and with prompt lookup: identical tokens and finish reasons.
   static void expect_exact(const LoadedModel& m, const std::vector<GenerationRequest>& reqs,
                            int32_t ngram, int32_t k, bool expect_accepted) {
-    const std::vector<Generated> plain = generate(m, reqs, {});
+    expect_exact(m, reqs, SpeculativeOptions{ngram, k}, expect_accepted);
+  }
+
+  // ... and with any proposer (kv_blocks: the target's and the draft's pool, 0: enough).
+  static SpeculativeStats expect_exact(const LoadedModel& m,
+                                       const std::vector<GenerationRequest>& reqs,
+                                       const SpeculativeOptions& options, bool expect_accepted,
+                                       int64_t kv_blocks = 0) {
+    const std::vector<Generated> plain = generate(m, reqs, {}, nullptr, kv_blocks);
     SpeculativeStats stats;
-    const std::vector<Generated> spec = generate(m, reqs, {ngram, k}, &stats);
+    const std::vector<Generated> spec = generate(m, reqs, options, &stats, kv_blocks);
     for (size_t i = 0; i < reqs.size(); ++i) {
       EXPECT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i;
       EXPECT_EQ(spec[i].finish, plain[i].finish) << "request " << i;
@@ -101,6 +116,23 @@ class SpeculativeEngine : public ::testing::Test {
     if (expect_accepted) {
       EXPECT_GT(stats.accepted, 0);
     }
+    return stats;
+  }
+
+  static SpeculativeOptions draft_options(const ModelWeights* draft, int64_t layers, int32_t k) {
+    SpeculativeOptions o;
+    o.draft = draft;
+    o.draft_layers = layers;
+    o.draft_max = k;
+    return o;
+  }
+
+  static LoadedModel load_as(const std::string& path, DType dtype) {
+    LoadOptions o;
+    o.path = path;
+    o.dtype = dtype;
+    o.load_tokenizer = true;
+    return load_model(o);
   }
 };
 
@@ -147,6 +179,98 @@ TEST_F(SpeculativeEngine, SettingsAreChecked) {
   EXPECT_THROW(LLMEngine(m.weights, m.tokenizer.get(), eo), Error);
   eo.speculative = {-1, 5};
   EXPECT_THROW(LLMEngine(m.weights, m.tokenizer.get(), eo), Error);
+}
+
+TEST_F(SpeculativeEngine, DraftModelsAreExactGreedyAndSeededOnStories260K) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  const LoadedModel m = load(path.string(), false);
+  const LoadedModel q8 = load_as(path.string(), DType::Q8_0);  // --draft-dtype q8_0
+  const LoadedModel q4 = load_as(path.string(), DType::Q4_0);
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben went to the park",
+                                            "The cat sat on the mat.", ""};
+  struct Draft {
+    const char* name;
+    SpeculativeOptions options;
+  };
+  const std::vector<Draft> drafts = {
+      {"early exit, 3 of 5 layers", draft_options(nullptr, 3, 4)},
+      {"q8_0 copy", draft_options(&q8.weights, 0, 5)},
+      {"q4_0 copy, first 4 layers", draft_options(&q4.weights, 4, 3)}};
+  for (const Draft& d : drafts) {
+    for (float temperature : {0.0f, 0.9f}) {
+      SCOPED_TRACE(std::string(d.name) + ", temperature " + std::to_string(temperature));
+      const SpeculativeStats alone =
+          expect_exact(m, {request(m, prompts[0], 100, temperature, 7)}, d.options, true);
+      std::vector<GenerationRequest> batched;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        batched.push_back(
+            request(m, prompts[i], 50 + 20 * static_cast<int64_t>(i), temperature, 200 + i));
+      }
+      batched[1].speculative = false;
+      batched[2].sampling.repeat_penalty = 1.3f;
+      batched[3].min_tokens = 30;
+      expect_exact(m, batched, d.options, true);
+      if (d.options.draft == &q8.weights && temperature == 0.0f) {
+        // A q8_0 copy of this model agrees with it almost always.
+        EXPECT_GT(alone.acceptance_rate(), 0.8);
+        EXPECT_GT(alone.mean_accepted_length(), 3.0);
+      }
+    }
+  }
+}
+
+// 32 sequences in a pool too small for all of them: the target preempts, the draft drops the
+// caches of sequences not proposing; the tokens stay the plain ones.
+TEST_F(SpeculativeEngine, DraftUnderLoadWithAFullPoolIsExact) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  const LoadedModel m = load(path.string(), false);
+  const std::vector<std::string> starts = {"Once upon a time", "Lily and Ben", "The dog",
+                                           "One day, a little"};
+  std::vector<GenerationRequest> reqs;
+  for (size_t i = 0; i < 32; ++i) {
+    reqs.push_back(request(m, starts[i % starts.size()], 30 + 5 * static_cast<int64_t>(i % 5),
+                           i % 2 == 0 ? 0.0f : 0.8f, 300 + i));
+  }
+  expect_exact(m, reqs, draft_options(nullptr, 3, 4), true, /*kv_blocks=*/40);
+}
+
+TEST_F(SpeculativeEngine, EarlyExitDraftIsExactOnTheSmolLM2ShapedDummy) {
+  auto config = test::fixture("models/smollm2-135m-instruct");
+  EMBER_REQUIRE_FIXTURE(config);
+  const LoadedModel m = load(config.string(), true);
+  std::vector<GenerationRequest> reqs = {
+      request(m, "The quick brown fox jumps over the lazy dog. The quick brown fox", 12, 0, 1),
+      request(m, "1 2 3 4 5 6 7 8 9 10 1 2 3", 8, 0, 2)};
+  expect_exact(m, reqs, draft_options(nullptr, 20, 4), false);
+}
+
+TEST_F(SpeculativeEngine, DraftSettingsAreChecked) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  auto config = test::fixture("models/smollm2-135m-instruct");
+  EMBER_REQUIRE_FIXTURE(path);
+  EMBER_REQUIRE_FIXTURE(config);
+  const LoadedModel m = load(path.string(), false);
+  const LoadedModel other = load(config.string(), true);
+  const auto refused = [&](const SpeculativeOptions& spec, const std::string& field) {
+    LLMEngineOptions eo;
+    eo.speculative = spec;
+    try {
+      LLMEngine engine(m.weights, m.tokenizer.get(), eo);
+      ADD_FAILURE() << "accepted; expected an error naming " << field;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  refused(draft_options(&other.weights, 0, 5), "vocabulary");  // 49152 tokens against 512
+  refused(draft_options(nullptr, 5, 5), "--draft-layers");     // all 5 layers: no early exit
+  refused(draft_options(nullptr, -1, 5), "--draft-layers");
+  SpeculativeOptions both = draft_options(nullptr, 2, 5);
+  both.lookup_ngram = 3;
+  refused(both, "choose one proposer");
+  EXPECT_THROW(check_draft_vocabulary(*m.tokenizer, *other.tokenizer), Error);
+  EXPECT_NO_THROW(check_draft_vocabulary(*m.tokenizer, *m.tokenizer));
 }
 
 }  // namespace
