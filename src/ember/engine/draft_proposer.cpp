@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ember/core/error.h"
+#include "ember/engine/sampling/sampler.h"
 
 namespace ember {
 
@@ -32,10 +33,6 @@ EngineOptions draft_kv_options(const EngineOptions& target, int64_t n_blocks) {
   o.prefix_caching = false;
   o.kv_tiers = {};
   return o;
-}
-
-int32_t argmax(std::span<const float> row) {
-  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
 }  // namespace
@@ -92,6 +89,7 @@ std::vector<std::vector<int32_t>> DraftProposer::propose(std::span<const DraftRe
     cache.last_used = clock_;
     align(cache, r.tokens);
     Proposal p;
+    p.request = &r;
     p.cache = &cache;
     p.tokens.assign(r.tokens.begin(), r.tokens.end());
     p.n_real = r.tokens.size();
@@ -136,7 +134,8 @@ bool DraftProposer::step(std::vector<Proposal>& proposals) {
   const auto V = static_cast<size_t>(weights_.config.vocab_size);
   for (size_t i = 0; i < sampled.size(); ++i) {
     Proposal& p = *sampled[i];
-    p.tokens.push_back(argmax(logits.subspan(i * V, V)));
+    const std::span<const float> row = logits.subspan(i * V, V);
+    p.tokens.push_back(p.request->choose ? p.request->choose(row, p.tokens) : argmax(row));
     if (static_cast<int64_t>(p.tokens.size() - p.n_real) >= p.k) p.active = false;
   }
   return true;

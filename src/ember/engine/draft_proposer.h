@@ -1,8 +1,10 @@
-// Speculative decoding's model proposer: a draft model guesses the next k tokens of each sequence
-// greedily (its argmax), k forward steps of the draft batched across the sequences, and the
-// engine verifies the guesses as it verifies prompt-lookup ones (engine/speculative.h): a guess is
-// certain (q = 1 on one token), so drawing from the target's p and keeping the guesses it chose is
-// the standard acceptance rule and the output is exactly the target's, greedy or sampled.
+// Speculative decoding's model proposer: a draft model guesses the next k tokens of each sequence,
+// k forward steps of the draft batched across the sequences. Greedy requests take the draft's
+// argmax and are verified as prompt-lookup guesses are (engine/speculative.h: the output is the
+// plain output, token for token). Sampled requests draw each guess from the draft's distribution
+// q under the request's own sampling settings, and the engine keeps it with probability
+// min(1, p/q), else draws from max(0, p - q) (accept_or_resample): the output is distributed
+// exactly as the model's.
 //
 // The draft is one of (engine/speculative.h, SpeculativeOptions):
 //   - another model sharing the vocabulary (--draft MODEL), built into the target's backend;
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -30,11 +33,15 @@
 
 namespace ember {
 
-// One sequence asking for guesses: its tokens so far (prompt + generated) and how many.
+// One sequence asking for guesses: its tokens so far (prompt + generated) and how many; `choose`
+// picks each guess from the draft's logits row given the tokens before it (the sequence's and
+// the guesses so far): empty for the argmax (greedy requests), else the engine's draw from the
+// draft's distribution under the request's sampling settings.
 struct DraftRequest {
   int64_t sequence_id = 0;
   std::span<const int32_t> tokens;
   int64_t k = 0;
+  std::function<int32_t(std::span<const float> logits, std::span<const int32_t> tokens)> choose;
 };
 
 class DraftProposer {
@@ -63,6 +70,7 @@ class DraftProposer {
   };
   // One request's progress through propose(): its tokens followed by the guesses made so far.
   struct Proposal {
+    const DraftRequest* request = nullptr;
     SequenceCache* cache = nullptr;
     std::vector<int32_t> tokens;
     size_t n_real = 0;  // tokens before the guesses

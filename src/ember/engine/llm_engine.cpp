@@ -398,14 +398,17 @@ void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
   emit_token(s, sample_token(s, logits, s.tokens.size()), logits);
 }
 
-int32_t LLMEngine::sample_token(Sequence& s, std::span<const float> logits, size_t history) {
+std::span<const int32_t> LLMEngine::banned_after(const Sequence& s, size_t history) const {
   const GenerationRequest& req = s.request;
   // min_tokens: the end-of-generation tokens are held back until enough were generated.
   const bool hold_end =
       static_cast<int64_t>(history) - s.n_prompt < req.min_tokens && !req.ignore_eos;
-  return s.sampler->sample(
-      logits, std::span<const int32_t>(s.tokens).first(history), static_cast<size_t>(s.n_prompt),
-      hold_end ? std::span<const int32_t>(end_of_generation_) : std::span<const int32_t>());
+  return hold_end ? std::span<const int32_t>(end_of_generation_) : std::span<const int32_t>();
+}
+
+int32_t LLMEngine::sample_token(Sequence& s, std::span<const float> logits, size_t history) {
+  return s.sampler->sample(logits, std::span<const int32_t>(s.tokens).first(history),
+                           static_cast<size_t>(s.n_prompt), banned_after(s, history));
 }
 
 bool LLMEngine::emit_token(Sequence& s, int32_t token, std::span<const float> logits) {

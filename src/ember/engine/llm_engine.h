@@ -96,6 +96,9 @@ class LLMEngine {
   void sample_next(Sequence& s, std::span<const float> logits);
   // The sampler's token for `logits`, with the first `history` of s.tokens as the history.
   int32_t sample_token(Sequence& s, std::span<const float> logits, size_t history);
+  // Tokens the sampler may not pick after `history` tokens (min_tokens holds back the
+  // end-of-generation ones).
+  std::span<const int32_t> banned_after(const Sequence& s, size_t history) const;
   // Appends a sampled token and sends it (text, logprobs); finishes the sequence at EOS, a stop
   // string, max_tokens or the context. Returns false when the sequence finished (it is gone).
   bool emit_token(Sequence& s, int32_t token, std::span<const float> logits);
@@ -105,6 +108,12 @@ class LLMEngine {
   void propose_drafts();
   void settle_drafts(std::vector<ScheduledChunk>& chunks);
   void verify_drafts(Sequence& s, std::span<const float> rows);
+  // The tokens verify_drafts keeps of the guesses of a draft that sampled them (s.draft_q):
+  // the accepted guesses, then the resampled or bonus token.
+  std::vector<int32_t> accept_sampled_drafts(Sequence& s, std::span<const float> rows);
+  // The draft's choice of a sampled request's next guess: a draw from the draft's distribution.
+  int32_t draw_draft_guess(Sequence& s, std::span<const float> logits,
+                           std::span<const int32_t> tokens);
   void finish(Sequence* s, FinishReason reason, const std::string& error = "");
   void update_gauges();
   void resume_session(Sequence& seq);

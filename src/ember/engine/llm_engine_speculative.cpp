@@ -33,7 +33,13 @@ void LLMEngine::propose_drafts() {
     const int64_t k = std::min<int64_t>(want, room);
     if (k <= 0) continue;
     asking.push_back(&s);
-    requests.push_back({s.id, s.tokens, k});
+    requests.push_back({s.id, s.tokens, k, {}});
+    if (draft_ && s.request.sampling.temperature > 0.0f) {
+      requests.back().choose = [this, &s](std::span<const float> logits,
+                                          std::span<const int32_t> tokens) {
+        return draw_draft_guess(s, logits, tokens);
+      };
+    }
   }
   std::vector<std::vector<int32_t>> guesses;
   if (draft_ && !requests.empty()) {
@@ -50,6 +56,20 @@ void LLMEngine::propose_drafts() {
   }
   spec_stats_.propose_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int32_t LLMEngine::draw_draft_guess(Sequence& s, std::span<const float> logits,
+                                    std::span<const int32_t> tokens) {
+  if (!s.draft_sampler) {
+    // The draft's draws come from a stream of their own, seeded from the request's seed.
+    SamplingParams params = s.request.sampling;
+    params.seed ^= 0x9E3779B97F4A7C15ull;
+    s.draft_sampler = std::make_unique<Sampler>(params, static_cast<int32_t>(vocab_size()));
+  }
+  const auto q = s.draft_sampler->distribution(logits, tokens, static_cast<size_t>(s.n_prompt),
+                                               banned_after(s, tokens.size()));
+  s.draft_q.emplace_back(q.begin(), q.end());
+  return draw_from(q, s.draft_sampler->uniform());
 }
 
 // A chunk covers tokens [n_cached, n_cached + n): guesses past its end are dropped, and a chunk
@@ -71,11 +91,13 @@ void LLMEngine::settle_drafts(std::vector<ScheduledChunk>& chunks) {
       s.tokens.resize(static_cast<size_t>(real_end));
       s.n_draft = 0;
     }
+    if (!s.draft_q.empty()) s.draft_q.resize(static_cast<size_t>(s.n_draft));
   }
   const auto strip = [&](Sequence& s) {
     if (s.n_draft == 0 || scheduled.count(&s) != 0) return;
     s.tokens.resize(s.tokens.size() - static_cast<size_t>(s.n_draft));
     s.n_draft = 0;
+    s.draft_q.clear();
   };
   for (const auto& s : scheduler_.running()) strip(*s);
   for (const auto& s : scheduler_.waiting()) strip(*s);
@@ -87,13 +109,17 @@ void LLMEngine::verify_drafts(Sequence& s, std::span<const float> rows) {
   const int64_t k = s.n_draft;
   const int64_t real_end = static_cast<int64_t>(s.tokens.size()) - k;
   std::vector<int32_t> chosen;
-  for (int64_t j = 0; j <= k; ++j) {
-    // Row j's history is everything before it: the real tokens and the j guesses kept so far,
-    // which are still in s.tokens.
-    const int32_t t = sample_token(s, rows.subspan(static_cast<size_t>(j) * V, V),
-                                   static_cast<size_t>(real_end + j));
-    chosen.push_back(t);
-    if (j == k || t != s.tokens[static_cast<size_t>(real_end + j)]) break;
+  if (!s.draft_q.empty()) {
+    chosen = accept_sampled_drafts(s, rows);
+  } else {
+    for (int64_t j = 0; j <= k; ++j) {
+      // Row j's history is everything before it: the real tokens and the j guesses kept so far,
+      // which are still in s.tokens.
+      const int32_t t = sample_token(s, rows.subspan(static_cast<size_t>(j) * V, V),
+                                     static_cast<size_t>(real_end + j));
+      chosen.push_back(t);
+      if (j == k || t != s.tokens[static_cast<size_t>(real_end + j)]) break;
+    }
   }
   const auto kept = static_cast<int64_t>(chosen.size()) - 1;
   ++spec_stats_.verify_steps;
@@ -111,11 +137,38 @@ void LLMEngine::verify_drafts(Sequence& s, std::span<const float> rows) {
   // The cache holds the real tokens and all k guesses; keep the K/V of the kept ones only.
   s.tokens.resize(static_cast<size_t>(real_end));
   s.n_draft = 0;
+  s.draft_q.clear();
   s.n_cached = real_end + kept;
   scheduler_.truncate(s.block_table, s.n_cached);
   for (size_t j = 0; j < chosen.size(); ++j) {
     if (!emit_token(s, chosen[j], rows.subspan(j * V, V))) return;  // finished: s is gone
   }
+}
+
+// Guess j (drawn from q_j by the draft) is kept with probability min(1, p_j / q_j), p_j being the
+// request's sampling distribution on row j; the first rejection draws from max(0, p_j - q_j)
+// instead and ends the step; after k kept guesses row k gives one more token, sampled as usual.
+std::vector<int32_t> LLMEngine::accept_sampled_drafts(Sequence& s, std::span<const float> rows) {
+  const auto V = static_cast<size_t>(vocab_size());
+  const int64_t k = s.n_draft;
+  const int64_t real_end = static_cast<int64_t>(s.tokens.size()) - k;
+  std::vector<int32_t> chosen;
+  for (int64_t j = 0; j < k; ++j) {
+    const auto history = static_cast<size_t>(real_end + j);
+    const auto p =
+        s.sampler->distribution(rows.subspan(static_cast<size_t>(j) * V, V),
+                                std::span<const int32_t>(s.tokens).first(history),
+                                static_cast<size_t>(s.n_prompt), banned_after(s, history));
+    const double u_accept = s.sampler->uniform();
+    const double u_resample = s.sampler->uniform();
+    const SpeculativeVerdict v = accept_or_resample(p, s.draft_q[static_cast<size_t>(j)],
+                                                    s.tokens[history], u_accept, u_resample);
+    chosen.push_back(v.token);
+    if (!v.accepted) return chosen;
+  }
+  chosen.push_back(sample_token(s, rows.subspan(static_cast<size_t>(k) * V, V),
+                                static_cast<size_t>(real_end + k)));
+  return chosen;
 }
 
 }  // namespace ember

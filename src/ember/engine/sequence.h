@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "ember/engine/detokenizer.h"
@@ -33,6 +34,10 @@ struct Sequence {
   // Adaptive guessing: the guesses to ask for next (0: the engine's --draft-max), and how many more
   // steps to skip proposing after guesses were all rejected (the skip doubles, up to 16 steps).
   int64_t spec_k = 0;
+  // A draft model sampling its guesses (temperature > 0): its own sampler (a seed of its own) and
+  // the distribution q each of the n_draft guesses was drawn from, for the acceptance rule.
+  std::unique_ptr<Sampler> draft_sampler;
+  std::vector<std::vector<std::pair<float, int32_t>>> draft_q;
   int32_t spec_backoff = 0;
   int32_t spec_wait = 0;
   KvBlockTable block_table;

@@ -2,12 +2,57 @@
 
 #include <algorithm>
 
+#include "ember/engine/sampling/sampler.h"
+
 namespace ember {
 
 std::string SpeculativeOptions::proposer_name() const {
   if (!uses_draft()) return "prompt lookup";
   if (draft_layers <= 0) return draft_label;
   return draft_label + ", first " + std::to_string(draft_layers) + " layers";
+}
+
+namespace {
+
+using Weighted = std::pair<float, int32_t>;
+
+double probability_of(std::span<const Weighted> dist, int32_t token) {
+  for (const Weighted& w : dist) {
+    if (w.second == token) return w.first;
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+SpeculativeVerdict accept_or_resample(std::span<const Weighted> p, std::span<const Weighted> q,
+                                      int32_t guess, double u_accept, double u_resample) {
+  const double p_guess = probability_of(p, guess);
+  const double q_guess = probability_of(q, guess);
+  if (q_guess > 0.0 && u_accept * q_guess < p_guess) return {true, guess};
+  // The residual max(0, p - q) lives on p's support; q sorted by token makes each lookup a search.
+  std::vector<Weighted> q_by_token(q.begin(), q.end());
+  std::sort(q_by_token.begin(), q_by_token.end(),
+            [](const Weighted& a, const Weighted& b) { return a.second < b.second; });
+  const auto q_of = [&](int32_t token) -> double {
+    auto it = std::lower_bound(q_by_token.begin(), q_by_token.end(), token,
+                               [](const Weighted& w, int32_t t) { return w.second < t; });
+    return it != q_by_token.end() && it->second == token ? it->first : 0.0;
+  };
+  double total = 0.0;
+  for (const Weighted& w : p) total += std::max(0.0, static_cast<double>(w.first) - q_of(w.second));
+  if (!(total > 0.0)) return {false, draw_from(p, u_resample)};  // p <= q (rounding): p itself
+  const double target = u_resample * total;
+  double cumulative = 0.0;
+  int32_t last = p.back().second;
+  for (const Weighted& w : p) {
+    const double r = std::max(0.0, static_cast<double>(w.first) - q_of(w.second));
+    if (r <= 0.0) continue;
+    last = w.second;
+    cumulative += r;
+    if (target < cumulative) return {false, w.second};
+  }
+  return {false, last};  // rounding left the total a hair above the sum
 }
 
 std::vector<int32_t> propose_lookup(std::span<const int32_t> tokens, int32_t max_ngram,

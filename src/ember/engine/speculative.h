@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ember {
@@ -55,6 +56,18 @@ struct SpeculativeStats {
                : 0.0;
   }
 };
+
+// One verified position of speculative sampling with a draft that sampled its guess from q: p is
+// the model's distribution there, both as (probability, token) over their supports. The guess is
+// accepted when u_accept < p(guess) / q(guess); otherwise the token is drawn (with u_resample)
+// from max(0, p - q), normalized. Either way the token is distributed exactly as p.
+struct SpeculativeVerdict {
+  bool accepted = false;
+  int32_t token = 0;
+};
+SpeculativeVerdict accept_or_resample(std::span<const std::pair<float, int32_t>> p,
+                                      std::span<const std::pair<float, int32_t>> q, int32_t guess,
+                                      double u_accept, double u_resample);
 
 // max_draft tokens following the latest earlier occurrence of tokens' last n tokens, for the
 // largest n in [1, max_ngram] that occurs (read on periodically past the end: the match says the

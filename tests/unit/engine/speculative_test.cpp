@@ -6,8 +6,12 @@
 // the draft's) back afterwards, the rejected guesses' K/V cut off, and the settings checked.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <map>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/core/error.h"
@@ -181,7 +185,8 @@ TEST_F(SpeculativeEngine, SettingsAreChecked) {
   EXPECT_THROW(LLMEngine(m.weights, m.tokenizer.get(), eo), Error);
 }
 
-TEST_F(SpeculativeEngine, DraftModelsAreExactGreedyAndSeededOnStories260K) {
+// Greedy requests take the draft's argmax: the tokens are the plain ones, alone and batched.
+TEST_F(SpeculativeEngine, DraftModelsAreExactWhenGreedyOnStories260K) {
   auto path = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(path);
   const LoadedModel m = load(path.string(), false);
@@ -198,30 +203,27 @@ TEST_F(SpeculativeEngine, DraftModelsAreExactGreedyAndSeededOnStories260K) {
       {"q8_0 copy", draft_options(&q8.weights, 0, 5)},
       {"q4_0 copy, first 4 layers", draft_options(&q4.weights, 4, 3)}};
   for (const Draft& d : drafts) {
-    for (float temperature : {0.0f, 0.9f}) {
-      SCOPED_TRACE(std::string(d.name) + ", temperature " + std::to_string(temperature));
-      const SpeculativeStats alone =
-          expect_exact(m, {request(m, prompts[0], 100, temperature, 7)}, d.options, true);
-      std::vector<GenerationRequest> batched;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        batched.push_back(
-            request(m, prompts[i], 50 + 20 * static_cast<int64_t>(i), temperature, 200 + i));
-      }
-      batched[1].speculative = false;
-      batched[2].sampling.repeat_penalty = 1.3f;
-      batched[3].min_tokens = 30;
-      expect_exact(m, batched, d.options, true);
-      if (d.options.draft == &q8.weights && temperature == 0.0f) {
-        // A q8_0 copy of this model agrees with it almost always.
-        EXPECT_GT(alone.acceptance_rate(), 0.8);
-        EXPECT_GT(alone.mean_accepted_length(), 3.0);
-      }
+    SCOPED_TRACE(d.name);
+    const SpeculativeStats alone =
+        expect_exact(m, {request(m, prompts[0], 100, 0.0f, 7)}, d.options, true);
+    std::vector<GenerationRequest> batched;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      batched.push_back(request(m, prompts[i], 50 + 20 * static_cast<int64_t>(i), 0.0f, 200 + i));
+    }
+    batched[1].speculative = false;
+    batched[2].sampling.repeat_penalty = 1.3f;
+    batched[3].min_tokens = 30;
+    expect_exact(m, batched, d.options, true);
+    if (d.options.draft == &q8.weights) {
+      // A q8_0 copy of this model agrees with it almost always.
+      EXPECT_GT(alone.acceptance_rate(), 0.8);
+      EXPECT_GT(alone.mean_accepted_length(), 3.0);
     }
   }
 }
 
-// 32 sequences in a pool too small for all of them: the target preempts, the draft drops the
-// caches of sequences not proposing; the tokens stay the plain ones.
+// 32 greedy sequences in a pool too small for all of them: the target preempts, the draft drops
+// the caches of sequences not proposing; the tokens stay the plain ones.
 TEST_F(SpeculativeEngine, DraftUnderLoadWithAFullPoolIsExact) {
   auto path = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(path);
@@ -230,10 +232,139 @@ TEST_F(SpeculativeEngine, DraftUnderLoadWithAFullPoolIsExact) {
                                            "One day, a little"};
   std::vector<GenerationRequest> reqs;
   for (size_t i = 0; i < 32; ++i) {
-    reqs.push_back(request(m, starts[i % starts.size()], 30 + 5 * static_cast<int64_t>(i % 5),
-                           i % 2 == 0 ? 0.0f : 0.8f, 300 + i));
+    reqs.push_back(
+        request(m, starts[i % starts.size()], 30 + 5 * static_cast<int64_t>(i % 5), 0.0f, i));
   }
+  reqs[5].sampling.repeat_penalty = 1.2f;
   expect_exact(m, reqs, draft_options(nullptr, 3, 4), true, /*kv_blocks=*/40);
+}
+
+// Chi-square statistic of two samples' counts over the same bins (bins with fewer than 10
+// observations in both together are pooled), and its degrees of freedom.
+std::pair<double, int> two_sample_chi_square(const std::map<int32_t, int>& a,
+                                             const std::map<int32_t, int>& b) {
+  double na = 0, nb = 0;
+  for (const auto& [t, c] : a) na += c;
+  for (const auto& [t, c] : b) nb += c;
+  std::map<int32_t, std::pair<double, double>> bins;
+  for (const auto& [t, c] : a) bins[t].first += c;
+  for (const auto& [t, c] : b) bins[t].second += c;
+  std::vector<std::pair<double, double>> kept;
+  std::pair<double, double> pooled{0, 0};
+  for (const auto& [t, ab] : bins) {
+    if (ab.first + ab.second >= 10) {
+      kept.push_back(ab);
+    } else {
+      pooled.first += ab.first;
+      pooled.second += ab.second;
+    }
+  }
+  if (pooled.first + pooled.second > 0) kept.push_back(pooled);
+  double stat = 0;
+  for (const auto& [x, y] : kept) {
+    const double d = x * std::sqrt(nb / na) - y * std::sqrt(na / nb);
+    stat += d * d / (x + y);
+  }
+  return {stat, static_cast<int>(kept.size()) - 1};
+}
+
+// The chi-square value with `df` degrees of freedom that p = 0.01 cuts off (Wilson-Hilferty).
+double chi_square_critical_01(int df) {
+  const double k = df;
+  const double c = 1.0 - 2.0 / (9.0 * k) + 2.3263 * std::sqrt(2.0 / (9.0 * k));
+  return k * c * c * c;
+}
+
+// The acceptance rule alone: guesses drawn from q and verified against p come out distributed as
+// p (goodness of fit over 40,000 draws), for q overlapping p, q wider than p and q narrower.
+TEST(SpeculativeSampling, AcceptOrResampleDrawsFromTheTargetDistribution) {
+  using Dist = std::vector<std::pair<float, int32_t>>;
+  const Dist p = {{0.4f, 3}, {0.3f, 1}, {0.2f, 7}, {0.1f, 2}};
+  const std::vector<Dist> qs = {{{0.1f, 3}, {0.5f, 1}, {0.3f, 9}, {0.1f, 2}},
+                                {{0.25f, 1}, {0.25f, 2}, {0.25f, 3}, {0.25f, 7}},
+                                {{1.0f, 9}},
+                                {{0.7f, 3}, {0.3f, 7}}};
+  std::mt19937_64 rng(2024);
+  const auto uniform = [&] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  for (size_t qi = 0; qi < qs.size(); ++qi) {
+    const Dist& q = qs[qi];
+    std::map<int32_t, int> counts;
+    int accepted = 0;
+    const int n = 40000;
+    for (int i = 0; i < n; ++i) {
+      const int32_t guess = draw_from(q, uniform());
+      const SpeculativeVerdict v = accept_or_resample(p, q, guess, uniform(), uniform());
+      ++counts[v.token];
+      accepted += v.accepted ? 1 : 0;
+    }
+    double stat = 0;
+    for (const auto& [prob, token] : p) {
+      const double expected = prob * n;
+      stat += (counts[token] - expected) * (counts[token] - expected) / expected;
+    }
+    EXPECT_EQ(counts.count(9) != 0 && counts[9] > 0, false)
+        << "q " << qi << " leaked a token p lacks";
+    EXPECT_LT(stat, chi_square_critical_01(static_cast<int>(p.size()) - 1)) << "q " << qi;
+    // The acceptance rate is sum_x min(p(x), q(x)).
+    double overlap = 0;
+    for (const auto& [prob, token] : p) {
+      for (const auto& [qp, qt] : q) {
+        if (qt == token) overlap += std::min(prob, qp);
+      }
+    }
+    EXPECT_NEAR(static_cast<double>(accepted) / n, overlap, 0.01) << "q " << qi;
+  }
+}
+
+// Sampled requests with a draft that samples (an early exit of 3 of 5 layers: q differs from p):
+// the second and third generated tokens of 600 seeded requests are distributed as plain decoding
+// gives them (two-sample chi-square, p >= 0.01), for full-vocabulary sampling and for top-k /
+// top-p / min-p with a penalty. (Accepting every guess fails it by a factor of ~10.)
+TEST_F(SpeculativeEngine, SampledDraftGuessesKeepTheModelsDistribution) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  const LoadedModel m = load(path.string(), false);
+  struct Setting {
+    const char* name;
+    SamplingParams params;
+  };
+  SamplingParams full;
+  full.temperature = 1.0f;
+  full.top_k = 0;
+  full.top_p = 1.0f;
+  full.min_p = 0.0f;
+  SamplingParams filtered;
+  filtered.temperature = 0.7f;
+  filtered.top_k = 20;
+  filtered.top_p = 0.9f;
+  filtered.min_p = 0.02f;
+  filtered.repeat_penalty = 1.2f;
+  for (const Setting& setting : {Setting{"full vocabulary, T 1", full},
+                                 Setting{"top-k 20, top-p 0.9, min-p, penalty, T 0.7", filtered}}) {
+    SCOPED_TRACE(setting.name);
+    std::vector<GenerationRequest> reqs;
+    for (uint64_t i = 0; i < 600; ++i) {
+      GenerationRequest r = request(m, "Lily", 3, 1.0f, 0);
+      r.sampling = setting.params;
+      r.sampling.seed = 1000 + i;
+      reqs.push_back(std::move(r));
+    }
+    const std::vector<Generated> plain = generate(m, reqs, {}, nullptr);
+    SpeculativeStats stats;
+    const std::vector<Generated> spec = generate(m, reqs, draft_options(nullptr, 3, 4), &stats);
+    EXPECT_GT(stats.drafted, 500);
+    for (size_t position : {1, 2}) {
+      std::map<int32_t, int> a, b;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_EQ(plain[i].tokens.size(), 3u);
+        ASSERT_EQ(spec[i].tokens.size(), 3u);
+        ++a[plain[i].tokens[position]];
+        ++b[spec[i].tokens[position]];
+      }
+      const auto [stat, df] = two_sample_chi_square(a, b);
+      EXPECT_LT(stat, chi_square_critical_01(df)) << "token " << position << ", " << df << " df";
+    }
+  }
 }
 
 TEST_F(SpeculativeEngine, EarlyExitDraftIsExactOnTheSmolLM2ShapedDummy) {

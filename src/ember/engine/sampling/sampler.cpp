@@ -99,8 +99,29 @@ void Sampler::apply_penalties(std::span<const int32_t> history, size_t n_prompt)
   }
 }
 
+double Sampler::uniform() {
+  return uniform01(rng_);
+}
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
                         size_t n_prompt, std::span<const int32_t> banned) {
+  if (params_.temperature <= 0.0f) return distribution(logits, history, n_prompt, banned)[0].second;
+  const std::span<const Candidate> cand = distribution(logits, history, n_prompt, banned);
+  return draw_from(cand, uniform01(rng_));
+}
+
+int32_t draw_from(std::span<const Candidate> distribution, double u) {
+  double cumulative = 0.0;
+  for (const Candidate& c : distribution) {
+    cumulative += c.first;
+    if (u < cumulative) return c.second;
+  }
+  return distribution.back().second;  // rounding left the total a hair below 1
+}
+
+std::span<const Candidate> Sampler::distribution(std::span<const float> logits,
+                                                 std::span<const int32_t> history, size_t n_prompt,
+                                                 std::span<const int32_t> banned) {
   if (logits.size() != static_cast<size_t>(vocab_size_)) {
     throw Error("sampler: got " + std::to_string(logits.size()) + " logits for a vocabulary of " +
                 std::to_string(vocab_size_));
@@ -109,7 +130,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
                          params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
   const bool biased = !params_.logit_bias.empty() || !banned.empty();
   // Greedy without penalties or bias reads the logits as they are (no copy of the vocabulary).
-  if (params_.temperature <= 0.0f && !penalties && !biased) return argmax(logits);
+  if (params_.temperature <= 0.0f && !penalties && !biased) {
+    candidates_.assign(1, {1.0f, argmax(logits)});
+    return candidates_;
+  }
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
     candidates_[i] = {logits[i], static_cast<int32_t>(i)};
@@ -123,7 +147,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     for (size_t i = 1; i < candidates_.size(); ++i) {
       if (candidates_[i].first > candidates_[best].first) best = i;
     }
-    return candidates_[best].second;
+    candidates_.assign(1, {1.0f, candidates_[best].second});
+    return candidates_;
   }
 
   // Top-k: select the k best without sorting the whole vocabulary, then sort just those (top-p
@@ -146,7 +171,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   float max_logit = -std::numeric_limits<float>::infinity();
   for (const Candidate& c : cand) max_logit = std::max(max_logit, c.first);
   if (!(max_logit > -std::numeric_limits<float>::infinity())) {
-    return cand[0].second;  // every logit is -inf (or NaN): nothing to weigh
+    // Every logit is -inf (or NaN): nothing to weigh, the first candidate.
+    candidates_.assign(1, {1.0f, cand[0].second});
+    return candidates_;
   }
 
   if (use_top_p) {
@@ -179,15 +206,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     cand = cand.first(n);
   }
 
-  // Temperature, then the draw: softmax(logit / T) over the survivors.
+  // Temperature: softmax(logit / T) over the survivors, the distribution of the draw.
   softmax_in_place(cand, max_logit, params_.temperature);
-  const double target = uniform01(rng_);
-  double cumulative = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    cumulative += cand[i].first;
-    if (target < cumulative) return cand[i].second;
-  }
-  return cand[n - 1].second;  // rounding left the total a hair below 1
+  return cand;
 }
 
 }  // namespace ember

@@ -36,6 +36,15 @@ class Sampler {
   // if every token is banned or -inf, the first candidate is returned.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history,
                  size_t n_prompt = 0, std::span<const int32_t> banned = {});
+  // The distribution sample() draws from for these arguments: (probability, token) of every token
+  // it could return, summing to 1 (greedy: the argmax with probability 1). Valid until the next
+  // call; draws nothing.
+  std::span<const std::pair<float, int32_t>> distribution(std::span<const float> logits,
+                                                          std::span<const int32_t> history,
+                                                          size_t n_prompt = 0,
+                                                          std::span<const int32_t> banned = {});
+  // A uniform draw in [0, 1) from this sampler's seeded stream (what sample() consumes per draw).
+  double uniform();
   const SamplingParams& params() const { return params_; }
 
  private:
@@ -48,6 +57,9 @@ class Sampler {
   void apply_penalties(std::span<const int32_t> history, size_t n_prompt);
   void apply_bias(std::span<const int32_t> banned);
 };
+
+// The token a uniform draw u in [0, 1) picks from a distribution of (probability, token).
+int32_t draw_from(std::span<const std::pair<float, int32_t>> distribution, double u);
 
 // Index of the largest value; ties go to the lowest index.
 int32_t argmax(std::span<const float> values);
