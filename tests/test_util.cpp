@@ -3,9 +3,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -95,6 +98,29 @@ std::vector<float> read_f32_file(const std::filesystem::path& path) {
   float f;
   while (in.read(reinterpret_cast<char*>(&f), sizeof f)) v.push_back(f);
   return v;
+}
+
+std::vector<int32_t> read_ids_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<int32_t> ids;
+  std::string item;
+  while (std::getline(in, item, ',')) ids.push_back(std::stoi(item));
+  return ids;
+}
+
+double worst_relative_logit_error(const std::vector<float>& a, const std::vector<float>& b,
+                                  const std::vector<float>& exact, int64_t V) {
+  double worst = 0;
+  for (size_t p = 0; p * V < exact.size(); ++p) {
+    double scale = 0, diff = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const size_t k = p * V + i;
+      scale = std::max(scale, std::fabs(static_cast<double>(exact[k])));
+      diff = std::max(diff, std::fabs(static_cast<double>(a[k]) - b[k]));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
 }
 
 }  // namespace ember::test

@@ -34,6 +34,12 @@ std::filesystem::path scratch_dir(const std::string& name);
 
 // A file of raw little-endian float32 values (the fixtures' *.f64ref.f32 / *.logits.f32).
 std::vector<float> read_f32_file(const std::filesystem::path& path);
+// A file of comma-separated token ids (the zoos' *.ids).
+std::vector<int32_t> read_ids_file(const std::filesystem::path& path);
+// max over positions of max_i |a - b| / max_i |exact| for [positions, V] logits: how far two runs
+// are apart, relative to each position's largest exact logit (the zoos' tolerance).
+double worst_relative_logit_error(const std::vector<float>& a, const std::vector<float>& b,
+                                  const std::vector<float>& exact, int64_t V);
 
 // The backends that backend-parametrized tests run on: cpu and reference, plus cuda in builds with
 // it (-DEMBER_CUDA=ON). Use with EMBER_REQUIRE_BACKEND: a cuda instance on a machine without a GPU

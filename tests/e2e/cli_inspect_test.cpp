@@ -96,10 +96,29 @@ TEST(CliInspect, FamiliesAndTheirFeatures) {
   const auto falcon = test::fixture("tokenizer-tests/ggml-vocab-falcon.gguf");
   r = test::run_ember("inspect " + test::shell_quote(falcon.string()));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("unsupported architecture 'falcon' (ember runs llama, mistral, qwen2, "
-                       "qwen3, phi3, gemma2, gemma3, gpt2)"),
+  EXPECT_NE(r.err.find("unsupported architecture 'falcon' (ember runs llama, mistral, mixtral, "
+                       "qwen2, qwen3, qwen2moe, olmoe, phi3, gemma2, gemma3, gpt2)"),
             std::string::npos)
       << r.err;
+}
+
+// A mixture of experts: its experts and routing rule, the parameters one token runs, and the
+// bytes a decode step reads (the --plan's decode ceiling) counting only k of the E experts.
+TEST(CliInspect, MixtureOfExpertsActiveParameters) {
+  const auto olmoe = test::fixture("models/moe-zoo/olmoe.gguf");
+  EMBER_REQUIRE_FIXTURE(olmoe);
+  auto r = test::run_ember("inspect " + test::shell_quote(olmoe.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("16 experts (top-4), qk-norm over the projections"), std::string::npos)
+      << r.out;
+  // 2 layers x 3 projections x 16 experts x 64 x 128; a token runs 4 of the 16.
+  const int64_t experts = 2 * 3 * 16 * 64 * 128;
+  r = test::run_ember("inspect " + test::shell_quote(olmoe.string()) + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["parameters"]["experts"], experts);
+  EXPECT_EQ(j["parameters"]["active_per_token"],
+            j["parameters"]["total"].get<int64_t>() - experts * 12 / 16);
 }
 
 }  // namespace

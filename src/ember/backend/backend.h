@@ -194,9 +194,16 @@ class Backend {
   virtual void add_position_embeddings(const WeightMatrix& table, const Batch& batch, float* x) = 0;
   // y += x (the residual add), [rows, n].
   virtual void add(float* y, const float* x, int64_t rows, int64_t n) = 0;
-  // out[r] = x[rows[r]]: x [*, D] -> out [rows.size(), D] (the rows whose logits are wanted).
+  // out[r] = x[rows[r]]: x [*, D] -> out [rows.size(), D] (the rows whose logits are wanted; the
+  // tokens routed to one expert).
   virtual void gather_rows(const float* x, int64_t D, std::span<const int32_t> rows,
                            float* out) = 0;
+  // y[rows[r]] += scales[r] * x[r]: x [rows.size(), D] -> y [*, D] (an expert's outputs added into
+  // its tokens' rows with their router weights). `rows` has no repeats.
+  virtual void scatter_add_rows(const float* x, int64_t D, std::span<const int32_t> rows,
+                                std::span<const float> scales, float* y) = 0;
+  // x = 0, [rows, n].
+  virtual void zero(float* x, int64_t rows, int64_t n) = 0;
 
  protected:
   // The checks embed / add_position_embeddings make in every backend: an ember::Error naming the

@@ -102,6 +102,12 @@ struct Totals {
   int64_t ctx = 0;
   std::map<std::string, int64_t> kv_per_token;  // bytes, by cache dtype
   uint64_t tensor_bytes = 0;
+  // Mixtures of experts: the experts' parameters and bytes (every expert of every layer), and
+  // what one token runs of the model: all but the experts it is not routed to.
+  int64_t expert_params = 0;
+  uint64_t expert_bytes = 0;
+  int64_t active = 0;
+  uint64_t active_tensor_bytes = 0;
   // GGUF files: the presets whose per-tensor types the file has (usually one; empty for none).
   std::vector<std::string> presets;
   double bits_per_weight() const {
@@ -139,6 +145,20 @@ Totals compute_totals(const std::vector<TensorRow>& rows, const Checkpoint& ckpt
     t.params[component_name(r.component)] += r.numel;
     t.total += r.numel;
     t.tensor_bytes += r.nbytes;
+    // GGUF's ffn_{gate,up,down}_exps; HF's per-expert (...experts.N...) tensors.
+    if (r.name.find("_exps.") != std::string::npos ||
+        r.name.find(".experts.") != std::string::npos) {
+      t.expert_params += r.numel;
+      t.expert_bytes += r.nbytes;
+    }
+  }
+  t.active = t.total;
+  t.active_tensor_bytes = t.tensor_bytes;
+  if (c.is_moe()) {
+    const int64_t idle = c.n_experts - c.n_experts_used;
+    t.active -= t.expert_params * idle / c.n_experts;
+    t.active_tensor_bytes -=
+        t.expert_bytes * static_cast<uint64_t>(idle) / static_cast<uint64_t>(c.n_experts);
   }
   t.ctx = o.ctx > 0 ? o.ctx : c.max_position_embeddings;
   // K and V, every layer: L x 2 x n_kv x head_dim elements per token.
@@ -173,6 +193,10 @@ void print_json(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
     p[k] = t.params.count(k) ? t.params.at(k) : 0;
   }
   p["total"] = t.total;
+  if (c.is_moe()) {
+    p["experts"] = t.expert_params;
+    p["active_per_token"] = t.active;
+  }
   j["parameters"] = p;
   j["kv_cache"] = {{"bytes_per_token", t.kv_per_token},
                    {"ctx", t.ctx},
@@ -236,6 +260,11 @@ void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
     if (t.params.count(k)) std::printf("  %-11s %16s\n", k, with_commas(t.params.at(k)).c_str());
   }
   std::printf("  %-11s %16s\n", "total", with_commas(t.total).c_str());
+  if (c.is_moe()) {
+    std::printf("  %-11s %16s  (%lld of %lld experts per token; experts hold %s of the total)\n",
+                "active", with_commas(t.active).c_str(), (long long)c.n_experts_used,
+                (long long)c.n_experts, with_commas(t.expert_params).c_str());
+  }
   std::printf("\nKV cache (L x 2 x n_kv x head_dim x bytes):\n");
   for (const char* k : {"f32", "bf16"}) {
     std::printf("  %-4s %10s bytes/token, %16s bytes for ctx %lld x batch %lld\n", k,
@@ -276,7 +305,8 @@ int64_t decode_weight_bytes(const std::vector<TensorRow>& rows, const Totals& t,
     embeddings += r.nbytes;
     largest_embedding = std::max(largest_embedding, r.nbytes);  // the token table
   }
-  return static_cast<int64_t>(t.tensor_bytes - embeddings +
+  // A mixture's token reads only its experts: active_tensor_bytes (tensor_bytes when dense).
+  return static_cast<int64_t>(t.active_tensor_bytes - embeddings +
                               (c.tie_word_embeddings ? largest_embedding : 0));
 }
 

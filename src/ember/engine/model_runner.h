@@ -53,6 +53,8 @@ class ModelRunner {
   int64_t max_context() const { return max_context_; }
   int64_t vocab_size() const { return weights_.config.vocab_size; }
   int n_threads() const { return weights_.backend->info().threads; }
+  // Tokens routed to each expert so far, [n_layers * n_experts]; empty for dense models.
+  std::span<const int64_t> expert_load() const { return model_->expert_load(); }
 
  private:
   const ModelWeights& weights_;

@@ -1,5 +1,9 @@
 #include "ember/model/decoder.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "ember/core/error.h"
 
 namespace ember {
@@ -16,8 +20,15 @@ void DecoderModel::reserve(int64_t T) {
   backend_.reserve(attn_, T * c.q_dim());
   backend_.reserve(k_, T * c.kv_dim());
   backend_.reserve(v_, T * c.kv_dim());
-  backend_.reserve(gate_, T * c.d_ffn);
-  backend_.reserve(up_, T * c.d_ffn);
+  const int64_t ffn = std::max({c.d_ffn, c.d_expert_ffn, c.d_shared_expert_ffn});
+  backend_.reserve(gate_, T * ffn);
+  backend_.reserve(up_, T * ffn);
+  if (c.is_moe()) {
+    backend_.reserve(router_, T * c.n_experts);
+    backend_.reserve(shared_gate_, T);
+    backend_.reserve(expert_x_, T * c.d_model);
+    backend_.reserve(expert_out_, T * c.d_model);
+  }
 }
 
 void DecoderModel::embed(const Batch& batch) {
@@ -48,7 +59,11 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
     backend_.add_bias(k_.data(), lw.bk, T, c.kv_dim());
     backend_.add_bias(v_.data(), lw.bv, T, c.kv_dim());
   }
-  if (lw.q_norm != nullptr) {
+  if (lw.q_norm != nullptr && c.qk_norm_whole) {
+    // OLMoE: one RMSNorm over each token's whole Q (K) projection.
+    backend_.rmsnorm(q_.data(), lw.q_norm, q_.data(), T, c.q_dim(), c.rms_norm_eps);
+    backend_.rmsnorm(k_.data(), lw.k_norm, k_.data(), T, c.kv_dim(), c.rms_norm_eps);
+  } else if (lw.q_norm != nullptr) {
     // Per-head RMSNorm: the heads of every token are rows of head_dim values.
     backend_.rmsnorm(q_.data(), lw.q_norm, q_.data(), T * c.n_heads, c.head_dim, c.rms_norm_eps);
     backend_.rmsnorm(k_.data(), lw.k_norm, k_.data(), T * c.n_kv_heads, c.head_dim, c.rms_norm_eps);
@@ -65,8 +80,50 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
   if (lw.bo != nullptr) backend_.add_bias(tmp_.data(), lw.bo, T, c.d_model);
 }
 
-void DecoderModel::mlp(const LayerWeights& lw, int64_t T) {
+void DecoderModel::moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
   const ModelConfig& c = config_;
+  const int64_t D = c.d_model, E = c.n_experts, F = c.d_expert_ffn;
+  backend_.matmul(xn_.data(), T, {&lw.router}, {router_.data()});
+  route_tokens(backend_.to_host(router_.data(), T * E, host_router_), T, E, c.n_experts_used,
+               c.expert_weights_normalized, routes_);
+  backend_.zero(tmp_.data(), T, D);
+  expert_load_.resize(static_cast<size_t>(c.n_layers * E));
+  for (int64_t e = 0; e < E; ++e) {
+    const std::vector<int32_t>& rows = routes_.rows[static_cast<size_t>(e)];
+    if (rows.empty()) continue;  // never read: a token costs only its experts' bytes
+    const auto n = static_cast<int64_t>(rows.size());
+    expert_load_[static_cast<size_t>(layer * E + e)] += n;
+    const auto i = static_cast<size_t>(e);
+    backend_.gather_rows(xn_.data(), D, rows, expert_x_.data());
+    backend_.matmul(expert_x_.data(), n, {&lw.expert_gate[i], &lw.expert_up[i]},
+                    {gate_.data(), up_.data()});
+    backend_.silu_mul(gate_.data(), up_.data(), gate_.data(), n, F);
+    backend_.matmul(gate_.data(), n, {&lw.expert_down[i]}, {expert_out_.data()});
+    backend_.scatter_add_rows(expert_out_.data(), D, rows, routes_.weights[i], tmp_.data());
+  }
+  if (lw.shared_expert_gate.data == nullptr) return;
+  // Qwen2-MoE's shared expert, on every token, scaled by sigmoid(xn . shared_expert_gate).
+  const int64_t S = c.d_shared_expert_ffn;
+  backend_.matmul(xn_.data(), T, {&lw.w_gate, &lw.w_up, &lw.shared_expert_gate},
+                  {gate_.data(), up_.data(), shared_gate_.data()});
+  backend_.silu_mul(gate_.data(), up_.data(), gate_.data(), T, S);
+  backend_.matmul(gate_.data(), T, {&lw.w_down}, {expert_out_.data()});
+  const std::span<const float> g = backend_.to_host(shared_gate_.data(), T, host_shared_gate_);
+  std::vector<float> scales(static_cast<size_t>(T));
+  std::vector<int32_t> all_rows(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    scales[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-g[static_cast<size_t>(t)]));
+    all_rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  }
+  backend_.scatter_add_rows(expert_out_.data(), D, all_rows, scales, tmp_.data());
+}
+
+void DecoderModel::mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
+  const ModelConfig& c = config_;
+  if (c.is_moe()) {
+    moe_mlp(layer, lw, T);
+    return;
+  }
   const int64_t F = c.d_ffn;
   if (c.mlp == MlpKind::Gelu) {
     backend_.matmul(xn_.data(), T, {&lw.w_up}, {up_.data()});

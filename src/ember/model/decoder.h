@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ember/model/model.h"
+#include "ember/model/moe_routing.h"
 
 namespace ember {
 
@@ -25,11 +26,18 @@ class DecoderModel : public Model {
   void norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows);
   // tmp = W_O attention(xn) (+ bias) for `layer`.
   void attention(int64_t layer, const LayerWeights& lw, const Batch& batch, KvStorage& kv);
-  // tmp = W_down act(xn) (+ bias): SwiGLU, GeGLU or GELU.
-  void mlp(const LayerWeights& lw, int64_t T);
+  // tmp = W_down act(xn) (+ bias): SwiGLU, GeGLU or GELU; or the mixture of experts (moe_mlp).
+  void mlp(int64_t layer, const LayerWeights& lw, int64_t T);
+  // tmp = sum over each token's k experts of weight * expert(xn) (+ the gated shared expert):
+  // the step's tokens grouped by expert, each active expert run once on its tokens.
+  void moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T);
   // Final norm, lm_head and soft-cap for the batch's logit rows.
   std::span<const float> logits(const Batch& batch);
 
+ public:
+  std::span<const int64_t> expert_load() const override { return expert_load_; }
+
+ protected:
   const ModelWeights& weights_;
   const ModelConfig& config_;
   Backend& backend_;
@@ -37,6 +45,12 @@ class DecoderModel : public Model {
   // q/attn [T, q_dim], k/v [T, kv_dim], gate/up [T, d_ffn]; final [R, d_model], logits [R, vocab].
   Activations x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_, final_, logits_;
   std::vector<float> host_logits_;  // staging when the backend's memory is not host memory
+  // Mixture of experts: router logits [T, n_experts], the shared expert's gate logits [T], one
+  // expert's tokens gathered [n, d_model] and its output [n, d_model]; host copies and routes.
+  Activations router_, shared_gate_, expert_x_, expert_out_;
+  std::vector<float> host_router_, host_shared_gate_;
+  ExpertRoutes routes_;
+  std::vector<int64_t> expert_load_;  // Model::expert_load()
 };
 
 }  // namespace ember

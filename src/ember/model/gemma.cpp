@@ -25,7 +25,7 @@ class GemmaModel : public DecoderModel {
       norm(tmp_.data(), lw.attn_out_norm, nullptr, tmp_.data(), T);
       backend_.add(x_.data(), tmp_.data(), T, D);
       norm(x_.data(), lw.ffn_norm, nullptr, xn_.data(), T);
-      mlp(lw, T);
+      mlp(l, lw, T);
       norm(tmp_.data(), lw.ffn_out_norm, nullptr, tmp_.data(), T);
       backend_.add(x_.data(), tmp_.data(), T, D);
     }

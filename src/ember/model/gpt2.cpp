@@ -22,7 +22,7 @@ class Gpt2Model : public DecoderModel {
       attention(l, lw, batch, kv);
       backend_.add(x_.data(), tmp_.data(), T, D);
       norm(x_.data(), lw.ffn_norm, lw.ffn_norm_bias, xn_.data(), T);
-      mlp(lw, T);
+      mlp(l, lw, T);
       backend_.add(x_.data(), tmp_.data(), T, D);
     }
     return logits(batch);

@@ -24,7 +24,7 @@ class LlamaModel : public DecoderModel {
       attention(l, lw, batch, kv);
       backend_.add(x_.data(), tmp_.data(), T, D);
       norm(x_.data(), lw.ffn_norm, nullptr, xn_.data(), T);
-      mlp(lw, T);
+      mlp(l, lw, T);
       backend_.add(x_.data(), tmp_.data(), T, D);
     }
     return logits(batch);

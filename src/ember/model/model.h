@@ -6,6 +6,7 @@
 // last `window` of them on a sliding-window layer).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 
@@ -21,6 +22,9 @@ class Model {
   // memory, valid until the next call. Throws ember::Error for a token id outside the vocabulary
   // (or, with learned positions, a position past the table).
   virtual std::span<const float> forward(const Batch& batch, KvStorage& kv) = 0;
+  // Mixture-of-experts models: tokens routed to each expert so far, [n_layers * n_experts]
+  // (layer-major); empty for dense models.
+  virtual std::span<const int64_t> expert_load() const { return {}; }
 };
 
 // The forward pass of weights.config.architecture's family.

@@ -7,7 +7,7 @@
 namespace ember {
 
 const char* supported_architectures() {
-  return "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, gpt2";
+  return "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, olmoe, phi3, gemma2, gemma3, gpt2";
 }
 
 float ModelConfig::rope_mscale() const {
@@ -64,6 +64,12 @@ std::string ModelConfig::feature_summary() const {
       f += " (layers with (l+1) % " + std::to_string(sliding_window_pattern) + " != 0)";
     }
   }
+  if (n_experts > 0) {
+    f += ", " + std::to_string(n_experts) + " experts (top-" + std::to_string(n_experts_used) +
+         (expert_weights_normalized ? ", renormalized" : "") + ")";
+    if (d_shared_expert_ffn > 0) f += " + shared expert";
+  }
+  if (qk_norm_whole) f += ", qk-norm over the projections";
   if (tie_word_embeddings) f += ", tied embeddings";
   return f;
 }
@@ -98,13 +104,33 @@ void ModelConfig::validate(const std::string& source) const {
   require_at_most(n_kv_heads, int64_t{1} << 14, "num_key_value_heads");
   require_at_most(head_dim, int64_t{1} << 14, "head_dim");
   require_at_most(vocab_size, int64_t{1} << 26, "vocab_size");
+  if (n_experts < 0 || n_experts > 1024) {
+    throw Error::in_file(
+        ErrorKind::InvalidFile, source,
+        "expert count " + std::to_string(n_experts) + " is out of range (0..1024)");
+  }
+  if (n_experts > 0) {
+    if (n_experts_used < 1 || n_experts_used > n_experts) {
+      throw Error::in_file(ErrorKind::InvalidFile, source,
+                           "experts used per token (" + std::to_string(n_experts_used) +
+                               ") must be between 1 and the expert count (" +
+                               std::to_string(n_experts) + ")");
+    }
+    require_positive(d_expert_ffn, "expert feed-forward width");
+    require_at_most(d_expert_ffn, int64_t{1} << 22, "expert feed-forward width");
+    require_at_most(d_shared_expert_ffn, int64_t{1} << 22, "shared expert feed-forward width");
+  }
   // The parameters those imply, in double (no int64 overflow): at most 10^13 (20 TB in bf16).
   const double d = static_cast<double>(d_model);
+  const double ffn_width =
+      n_experts > 0 ? static_cast<double>(n_experts) * static_cast<double>(d_expert_ffn) +
+                          static_cast<double>(d_shared_expert_ffn)
+                    : static_cast<double>(d_ffn);
   const double params =
       2.0 * static_cast<double>(vocab_size) * d +
       static_cast<double>(n_layers) *
           (d * static_cast<double>(head_dim) * static_cast<double>(2 * n_heads + 2 * n_kv_heads) +
-           3.0 * d * static_cast<double>(d_ffn));
+           3.0 * d * ffn_width);
   if (params > 1e13) {
     throw Error::in_file(ErrorKind::InvalidFile, source,
                          "the config implies " +

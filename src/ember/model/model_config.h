@@ -6,7 +6,9 @@
 //   gemma2/gemma3: (1 + w) RMSNorm, sqrt(d_model) embedding scale, GeGLU, four norms per block,
 //     soft-caps (2), interleaved sliding-window layers, query_pre_attn_scalar, QK norms and a local
 //     RoPE base (3);
-//   gpt2: LayerNorm with bias, GELU MLP without a gate, learned positions, biases everywhere.
+//   gpt2: LayerNorm with bias, GELU MLP without a gate, learned positions, biases everywhere;
+//   mixtral (llama with experts), qwen2moe, olmoe: the llama pass with a mixture-of-experts MLP
+//     (olmoe: Q/K norms over the whole projections).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,8 @@ enum class MlpKind : uint8_t { SwiGlu, GeGlu, Gelu };  // Gelu: up -> gelu -> do
 const char* supported_architectures();
 
 struct ModelConfig {
-  std::string architecture = "llama";  // llama qwen2 qwen3 mistral phi3 gemma2 gemma3 gpt2
+  std::string architecture = "llama";  // llama qwen2 qwen3 mistral phi3 gemma2 gemma3 gpt2 qwen2moe
+                                       // olmoe
   int64_t d_model = 0;                 // hidden_size
   int64_t d_ffn = 0;                   // intermediate_size
   int64_t n_layers = 0;
@@ -71,9 +74,25 @@ struct ModelConfig {
   // the even layers; Gemma 3: 6, five local then one global).
   int64_t sliding_window_pattern = 1;
 
+  // --- mixture of experts (Mixtral: llama with experts; qwen2moe; olmoe) ---
+  // Each layer's MLP is n_experts SwiGLU experts of width d_expert_ffn; a router ([n_experts,
+  // d_model], softmax over all experts) picks n_experts_used per token, weighted by their
+  // probabilities (renormalized to sum 1 when expert_weights_normalized: Mixtral, HF
+  // norm_topk_prob). Qwen2-MoE adds a shared expert of width d_shared_expert_ffn on every token,
+  // scaled by sigmoid(x . shared_expert_gate).
+  int64_t n_experts = 0;  // 0: a dense MLP
+  int64_t n_experts_used = 0;
+  int64_t d_expert_ffn = 0;
+  int64_t d_shared_expert_ffn = 0;  // 0: no shared expert
+  bool expert_weights_normalized = false;
+  // OLMoE: the Q and K norms are RMSNorms over the whole projection ([q_dim], [kv_dim]) before
+  // the head split, not per head.
+  bool qk_norm_whole = false;
+
   int32_t bos_token_id = 1;
   int32_t eos_token_id = 2;
 
+  bool is_moe() const { return n_experts > 0; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   // The window of `layer`, 0 when it attends to its whole context.

@@ -23,7 +23,8 @@ bool is_one_of(const std::string& a, std::initializer_list<const char*> names) {
 // The features each architecture switches on (model_config.h).
 void apply_family_features(ModelConfig& c) {
   const std::string& a = c.architecture;
-  if (a == "qwen2") c.attention_bias = true;
+  if (a == "qwen2" || a == "qwen2moe") c.attention_bias = true;
+  if (a == "olmoe") c.qk_norm_whole = true;
   if (a == "qwen3" || a == "gemma3") c.qk_norm = true;
   if (a == "phi3") c.fused_qkv = c.fused_gate_up = true;
   if (a == "gemma2" || a == "gemma3") {
@@ -48,7 +49,8 @@ void apply_family_features(ModelConfig& c) {
 ModelConfig config_from_gguf(const GgufFile& gguf) {
   ModelConfig c;
   c.architecture = gguf.get_string("general.architecture");
-  if (!is_one_of(c.architecture, {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gpt2"})) {
+  if (!is_one_of(c.architecture, {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gpt2",
+                                  "qwen2moe", "olmoe"})) {
     throw Error::in_file(ErrorKind::Unsupported, gguf.path(),
                          "unsupported architecture '" + c.architecture + "' (ember runs " +
                              supported_architectures() + ")");
@@ -76,6 +78,19 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
     c.vocab_size = v->as_int().value_or(0);
   } else if (const auto* tok = gguf.find_tensor("token_embd.weight")) {
     c.vocab_size = tok->shape.empty() ? 0 : tok->shape[0];
+  }
+  // Mixtures: the per-expert width is feed_forward_length (llama, olmoe) or its own key (qwen2moe,
+  // whose shared expert has one too). Whether the top-k weights are renormalized is not in the
+  // file: Mixtral's definition always does, Qwen2-MoE's and OLMoE's published configs do not.
+  c.n_experts = int_or(a + "expert_count", 0);
+  c.n_experts_used = int_or(a + "expert_used_count", 0);
+  if (c.n_experts > 0) {
+    c.d_expert_ffn = int_or(a + "expert_feed_forward_length", c.d_ffn);
+    c.d_shared_expert_ffn = int_or(a + "expert_shared_feed_forward_length", 0);
+    c.expert_weights_normalized = c.architecture == "llama";
+  } else if (c.architecture == "qwen2moe" || c.architecture == "olmoe") {
+    throw Error::in_file(ErrorKind::InvalidFile, gguf.path(),
+                         c.architecture + " without " + a + "expert_count");
   }
   c.bos_token_id = static_cast<int32_t>(int_or("tokenizer.ggml.bos_token_id", 1));
   c.eos_token_id = static_cast<int32_t>(int_or("tokenizer.ggml.eos_token_id", 2));

@@ -117,8 +117,13 @@ class WeightBuilder {
     }
     const TensorView& v = it->second.view;
     std::vector<int64_t> shape = v.shape;
-    // Vectors may be stored as [n] or [1, n]; matrices must match exactly.
+    // Vectors may be stored as [n] or [1, n], and so may one-row matrices (Qwen2-MoE's shared
+    // expert gate); other matrices must match exactly.
     if (!expected.is_matrix && shape.size() == 2 && shape[0] == 1) shape.erase(shape.begin());
+    if (expected.is_matrix && expected.shape.size() == 2 && expected.shape[0] == 1 &&
+        shape.size() == 1) {
+      shape.insert(shape.begin(), 1);
+    }
     if (shape != expected.shape) {
       throw Error(ckpt_.path + ": tensor " + it->second.stored_name + " has shape " +
                   shape_to_string(v.shape) + ", expected " + shape_to_string(expected.shape));
@@ -127,10 +132,14 @@ class WeightBuilder {
   }
 
   // Rows [row_begin, row_begin + n_rows) of the matrix `expected` (all of it when n_rows < 0):
-  // fused Q/K/V and gate/up tensors are split this way.
+  // fused Q/K/V and gate/up tensors are split this way, and a 3-D [n, rows, cols] tensor (the
+  // experts of a projection) is read as [n * rows, cols].
   WeightMatrix matrix(const ExpectedTensor& expected, bool permute_qk, int64_t head_dim,
-                      int64_t row_begin = 0, int64_t n_rows = -1, const char* part = "") {
-    const int64_t rows = n_rows < 0 ? expected.shape[0] : n_rows, cols = expected.shape[1];
+                      int64_t row_begin = 0, int64_t n_rows = -1, const std::string& part = "") {
+    const int64_t cols = expected.shape.back();
+    int64_t all_rows = 1;
+    for (size_t i = 0; i + 1 < expected.shape.size(); ++i) all_rows *= expected.shape[i];
+    const int64_t rows = n_rows < 0 ? all_rows : n_rows;
     if (ckpt_.format == CheckpointFormat::ConfigOnly) {
       return random_matrix({expected.name + part, {rows, cols}, true});
     }
@@ -171,6 +180,16 @@ class WeightBuilder {
     }
     release_source(source);
     return backend_.upload_matrix(host, /*host_is_file=*/false);
+  }
+
+  // A matrix kept in float32 whatever the load dtype (the MoE router, as llama.cpp keeps it: its
+  // probabilities decide which experts run).
+  WeightMatrix f32_matrix(const ExpectedTensor& expected) {
+    const std::optional<DType> saved = dtype_;
+    dtype_ = DType::F32;
+    WeightMatrix m = matrix(expected, false, 0);
+    dtype_ = saved;
+    return m;
   }
 
   // Elements [begin, begin + n) of the vector `expected` (all of it when n < 0), plus `offset`
@@ -320,6 +339,30 @@ class WeightBuilder {
 
 namespace {
 
+// A mixture-of-experts MLP: the router and the shared expert gate in f32, each expert's matrices
+// cut out of its projection's [E, rows, cols] tensor, the shared expert in w_gate/w_up/w_down.
+template <typename Find>
+void build_experts(WeightBuilder& b, const ModelConfig& c, Find t, LayerWeights& lw) {
+  const int64_t E = c.n_experts, F = c.d_expert_ffn, D = c.d_model;
+  lw.router = b.f32_matrix(t("mlp.gate.weight"));
+  const ExpectedTensor& gate = t("mlp.experts.gate_proj.weight");
+  const ExpectedTensor& up = t("mlp.experts.up_proj.weight");
+  const ExpectedTensor& down = t("mlp.experts.down_proj.weight");
+  for (int64_t e = 0; e < E; ++e) {
+    std::string part = "#";  // appended: GCC 12 warns falsely on "#" + std::to_string(e)
+    part += std::to_string(e);
+    lw.expert_gate.push_back(b.matrix(gate, false, 0, e * F, F, part));
+    lw.expert_up.push_back(b.matrix(up, false, 0, e * F, F, part));
+    lw.expert_down.push_back(b.matrix(down, false, 0, e * D, D, part));
+  }
+  if (c.d_shared_expert_ffn > 0) {
+    lw.w_gate = b.matrix(t("mlp.shared_expert.gate_proj.weight"), false, 0);
+    lw.w_up = b.matrix(t("mlp.shared_expert.up_proj.weight"), false, 0);
+    lw.w_down = b.matrix(t("mlp.shared_expert.down_proj.weight"), false, 0);
+    lw.shared_expert_gate = b.f32_matrix(t("mlp.shared_expert_gate.weight"));
+  }
+}
+
 // One layer's tensors, by canonical name (tensor_names.h), as the config says the family has them.
 void build_layer(WeightBuilder& b, const ModelConfig& c, const std::string& p,
                  const std::map<std::string, const ExpectedTensor*>& expected, LayerWeights& lw) {
@@ -353,7 +396,7 @@ void build_layer(WeightBuilder& b, const ModelConfig& c, const std::string& p,
       lw.bv = b.vector(t("self_attn.v_proj.bias"), 0.0f);
     }
   }
-  if (c.qk_norm) {
+  if (c.qk_norm || c.qk_norm_whole) {
     lw.q_norm = b.vector(t("self_attn.q_norm.weight"), 1.0f, norm_offset);
     lw.k_norm = b.vector(t("self_attn.k_norm.weight"), 1.0f, norm_offset);
   }
@@ -364,7 +407,9 @@ void build_layer(WeightBuilder& b, const ModelConfig& c, const std::string& p,
   }
   lw.ffn_norm = b.vector(t("post_attention_layernorm.weight"), 1.0f, norm_offset);
   if (layer_norm) lw.ffn_norm_bias = b.vector(t("post_attention_layernorm.bias"), 0.0f);
-  if (c.fused_gate_up) {
+  if (c.is_moe()) {
+    build_experts(b, c, t, lw);
+  } else if (c.fused_gate_up) {
     // [gate; up] rows.
     const ExpectedTensor& gate_up = t("mlp.gate_up_proj.weight");
     lw.w_gate = b.matrix(gate_up, false, hd, 0, c.d_ffn, "#gate");
@@ -374,7 +419,7 @@ void build_layer(WeightBuilder& b, const ModelConfig& c, const std::string& p,
     lw.w_up = b.matrix(t("mlp.up_proj.weight"), false, hd);
   }
   if (c.linear_biases) lw.b_up = b.vector(t("mlp.up_proj.bias"), 0.0f);
-  lw.w_down = b.matrix(t("mlp.down_proj.weight"), false, hd);
+  if (!c.is_moe()) lw.w_down = b.matrix(t("mlp.down_proj.weight"), false, hd);
   if (c.linear_biases) lw.b_down = b.vector(t("mlp.down_proj.bias"), 0.0f);
   if (c.sandwich_norms) {
     lw.ffn_out_norm = b.vector(t("mlp.output_norm.weight"), 1.0f, norm_offset);

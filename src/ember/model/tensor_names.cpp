@@ -49,6 +49,16 @@ const NamePairs& gguf_per_layer(const std::string& arch) {
       {"ffn_down.weight", "mlp.down_proj.weight"},
       {"ffn_down.bias", "mlp.down_proj.bias"},
       {"post_ffw_norm.weight", "mlp.output_norm.weight"},
+      // Mixtures of experts: the router, the experts stacked in one 3-D tensor per projection
+      // ([n_expert, rows, cols]), and Qwen2-MoE's shared expert with its gate.
+      {"ffn_gate_inp.weight", "mlp.gate.weight"},
+      {"ffn_gate_exps.weight", "mlp.experts.gate_proj.weight"},
+      {"ffn_up_exps.weight", "mlp.experts.up_proj.weight"},
+      {"ffn_down_exps.weight", "mlp.experts.down_proj.weight"},
+      {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+      {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+      {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+      {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
   };
   static const NamePairs kPhi3 = [] {
     NamePairs p = kPerLayer;
@@ -212,6 +222,28 @@ TensorComponent classify_tensor(const std::string& raw_name) {
   return TensorComponent::Other;
 }
 
+namespace {
+
+// A mixture-of-experts MLP: the router [E, D], each projection's experts as one [E, rows, cols]
+// tensor, and the shared expert (a SwiGLU MLP) with its gate [1, D] where the config has one.
+void add_expert_tensors(const ModelConfig& c, const std::string& p,
+                        std::vector<ExpectedTensor>& out) {
+  const int64_t E = c.n_experts, F = c.d_expert_ffn, D = c.d_model;
+  out.push_back({p + "mlp.gate.weight", {E, D}, true});
+  out.push_back({p + "mlp.experts.gate_proj.weight", {E, F, D}, true});
+  out.push_back({p + "mlp.experts.up_proj.weight", {E, F, D}, true});
+  out.push_back({p + "mlp.experts.down_proj.weight", {E, D, F}, true});
+  if (c.d_shared_expert_ffn > 0) {
+    const int64_t S = c.d_shared_expert_ffn;
+    out.push_back({p + "mlp.shared_expert.gate_proj.weight", {S, D}, true});
+    out.push_back({p + "mlp.shared_expert.up_proj.weight", {S, D}, true});
+    out.push_back({p + "mlp.shared_expert.down_proj.weight", {D, S}, true});
+    out.push_back({p + "mlp.shared_expert_gate.weight", {1, D}, true});
+  }
+}
+
+}  // namespace
+
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
   std::vector<ExpectedTensor> out;
   const bool layer_norm = c.norm == NormKind::Layer;
@@ -240,7 +272,10 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
         out.push_back({p + "self_attn.v_proj.bias", {c.kv_dim()}, false});
       }
     }
-    if (c.qk_norm) {
+    if (c.qk_norm_whole) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.q_dim()}, false});
+      out.push_back({p + "self_attn.k_norm.weight", {c.kv_dim()}, false});
+    } else if (c.qk_norm) {
       out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, false});
       out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, false});
     }
@@ -248,7 +283,9 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
     if (c.linear_biases) out.push_back({p + "self_attn.o_proj.bias", {c.d_model}, false});
     if (c.sandwich_norms) out.push_back({p + "self_attn.output_norm.weight", {c.d_model}, false});
     norm(p + "post_attention_layernorm");
-    if (c.fused_gate_up) {
+    if (c.is_moe()) {
+      add_expert_tensors(c, p, out);
+    } else if (c.fused_gate_up) {
       out.push_back({p + "mlp.gate_up_proj.weight", {2 * c.d_ffn, c.d_model}, true});
     } else {
       if (c.mlp != MlpKind::Gelu) {

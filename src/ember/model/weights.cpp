@@ -13,11 +13,23 @@ namespace {
 template <typename Fn>
 void for_each_matrix(const ModelWeights& w, Fn fn) {
   for (const auto& l : w.layers) {
-    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      if (m->data != nullptr) fn(*m);  // GPT-2 has no gate
+    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router,
+                          &l.shared_expert_gate}) {
+      if (m->data != nullptr) fn(*m);  // GPT-2 has no gate; dense layers no router
+    }
+    for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down}) {
+      for (const WeightMatrix& m : *experts) fn(m);
     }
   }
   fn(w.lm_head);
+}
+
+int64_t expert_bytes(const LayerWeights& l) {
+  int64_t total = 0;
+  for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down}) {
+    for (const WeightMatrix& m : *experts) total += m.bytes();
+  }
+  return total;
 }
 
 }  // namespace
@@ -25,6 +37,16 @@ void for_each_matrix(const ModelWeights& w, Fn fn) {
 int64_t ModelWeights::matrix_bytes() const {
   int64_t total = 0;
   for_each_matrix(*this, [&](const WeightMatrix& m) { total += m.n_rows * m.row_bytes; });
+  return total;
+}
+
+int64_t ModelWeights::active_matrix_bytes() const {
+  int64_t total = matrix_bytes();
+  if (!config.is_moe()) return total;
+  for (const LayerWeights& l : layers) {
+    // Experts are the same size within a layer: the unused ones are not read.
+    total -= expert_bytes(l) * (config.n_experts - config.n_experts_used) / config.n_experts;
+  }
   return total;
 }
 

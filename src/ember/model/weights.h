@@ -38,6 +38,13 @@ struct LayerWeights {
   const float* b_up = nullptr;           // [d_ffn] or null (GPT-2)
   const float* b_down = nullptr;         // [d_model] or null
   const float* ffn_out_norm = nullptr;   // [d_model] or null (Gemma: norm of the MLP output)
+  // Mixture of experts (config.n_experts > 0; w_gate/w_up/w_down are then the shared expert's, or
+  // empty): the router [n_experts, d_model] (f32, as llama.cpp keeps it) and each expert's
+  // SwiGLU matrices, [d_expert_ffn, d_model] and [d_model, d_expert_ffn]; Qwen2-MoE's shared
+  // expert gate [1, d_model] (f32).
+  WeightMatrix router;
+  std::vector<WeightMatrix> expert_gate, expert_up, expert_down;
+  WeightMatrix shared_expert_gate;
   const float* rope_inv_freq = nullptr;  // this layer's RoPE frequencies (Gemma 3: local/global)
   int64_t window = 0;                    // sliding window of this layer; 0: whole context
 };
@@ -61,8 +68,11 @@ struct ModelWeights {
   std::shared_ptr<Backend> backend;
   std::vector<std::shared_ptr<const MappedFile>> mappings;
 
-  // Bytes of all matrices as the forward pass reads them (what decode streams per token).
+  // Bytes of all matrices (every expert's included).
   int64_t matrix_bytes() const;
+  // Bytes one token's forward pass reads: all matrices but the experts it was not routed to
+  // (what batch-1 decode streams per token; matrix_bytes() for a dense model).
+  int64_t active_matrix_bytes() const;
   // Of those, the bytes in the backend's own memory (copied at load) rather than read from the
   // file.
   int64_t copied_matrix_bytes() const;

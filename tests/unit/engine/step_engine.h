@@ -74,6 +74,21 @@ class StepEngine {
     return n;
   }
 
+  // Logits of every position of `ids`, [ids.size(), vocab]: one prefill of the first n_prefill
+  // (every row), then one token per step; the cache is given back after.
+  std::vector<float> prefill_then_decode(std::span<const int32_t> ids, size_t n_prefill) {
+    Sequence seq;
+    std::vector<float> out;
+    std::span<const float> z = feed(seq, ids.first(n_prefill), /*all_logits=*/true);
+    out.insert(out.end(), z.begin(), z.end());
+    for (size_t i = n_prefill; i < ids.size(); ++i) {
+      z = feed(seq, ids.subspan(i, 1));
+      out.insert(out.end(), z.begin(), z.end());
+    }
+    release(seq);
+    return out;
+  }
+
   void release(Sequence& seq) {
     kv_.release(seq.block_table);
     seq.n_cached = 0;
@@ -82,6 +97,7 @@ class StepEngine {
   const KvBlockManager& kv() const { return kv_; }
   int64_t max_context() const { return runner_.max_context(); }
   int64_t vocab_size() const { return runner_.vocab_size(); }
+  const ModelRunner& runner() const { return runner_; }
 
  private:
   ModelRunner runner_;

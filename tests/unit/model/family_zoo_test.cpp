@@ -37,14 +37,6 @@ std::filesystem::path zoo(const std::string& name) {
   return test::fixture("models/family-zoo/" + name);
 }
 
-std::vector<int32_t> read_ids(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  std::string item;
-  while (std::getline(in, item, ',')) ids.push_back(std::stoi(item));
-  return ids;
-}
-
 // All positions' logits, row-major [n_ids, vocab]: a prefill of kPrefill ids, then one per step.
 std::vector<float> run(const std::string& name, const std::string& backend,
                        const std::vector<int32_t>& ids, int64_t* vocab) {
@@ -58,33 +50,7 @@ std::vector<float> run(const std::string& name, const std::string& backend,
   eo.block_size = 4;  // windows of 8 and 12 span several blocks
   test::StepEngine engine(model.weights, eo);
   *vocab = model.weights.config.vocab_size;
-  std::vector<float> out;
-  Sequence seq;
-  std::span<const int32_t> all(ids);
-  std::span<const float> z = engine.feed(seq, all.first(kPrefill), /*all_logits=*/true);
-  out.insert(out.end(), z.begin(), z.end());
-  for (size_t i = kPrefill; i < ids.size(); ++i) {
-    z = engine.feed(seq, all.subspan(i, 1));
-    out.insert(out.end(), z.begin(), z.end());
-  }
-  engine.release(seq);
-  return out;
-}
-
-// max over positions of max_i |a - b| / max_i |exact|.
-double worst_relative(const std::vector<float>& a, const std::vector<float>& b,
-                      const std::vector<float>& exact, int64_t V) {
-  double worst = 0;
-  for (size_t p = 0; p * V < exact.size(); ++p) {
-    double scale = 0, diff = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      const size_t k = p * V + i;
-      scale = std::max(scale, std::fabs(static_cast<double>(exact[k])));
-      diff = std::max(diff, std::fabs(static_cast<double>(a[k]) - b[k]));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
+  return engine.prefill_then_decode(ids, kPrefill);
 }
 
 class FamilyZoo : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
@@ -93,15 +59,15 @@ TEST_P(FamilyZoo, MatchesTheExactForwardPass) {
   const auto& [name, backend] = GetParam();
   EMBER_REQUIRE_BACKEND(backend);
   if (!std::filesystem::exists(zoo(name + ".gguf"))) GTEST_SKIP() << "no family-zoo fixture";
-  const std::vector<int32_t> ids = read_ids(zoo(name + ".ids"));
+  const std::vector<int32_t> ids = test::read_ids_file(zoo(name + ".ids"));
   const std::vector<float> exact = test::read_f32_file(zoo(name + ".f64ref.f32"));
   const std::vector<float> llama_cpp = test::read_f32_file(zoo(name + ".logits.f32"));
   int64_t V = 0;
   const std::vector<float> ours = run(name, backend, ids, &V);
   ASSERT_EQ(ours.size(), exact.size());
   ASSERT_EQ(llama_cpp.size(), exact.size());
-  const double vs_exact = worst_relative(ours, exact, exact, V);
-  const double vs_llama = worst_relative(ours, llama_cpp, exact, V);
+  const double vs_exact = test::worst_relative_logit_error(ours, exact, exact, V);
+  const double vs_llama = test::worst_relative_logit_error(ours, llama_cpp, exact, V);
   std::printf("[ family ] %-20s %-9s vs exact %.2e  vs llama.cpp %.2e\n", name.c_str(),
               backend.c_str(), vs_exact, vs_llama);
   EXPECT_LE(vs_exact, kTolerance);

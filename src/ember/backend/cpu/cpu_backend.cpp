@@ -252,4 +252,18 @@ void CpuBackend::gather_rows(const float* x, int64_t D, std::span<const int32_t>
   }
 }
 
+void CpuBackend::scatter_add_rows(const float* x, int64_t D, std::span<const int32_t> rows,
+                                  std::span<const float> scales, float* y) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const float s = scales[r];
+    const float* src = x + static_cast<int64_t>(r) * D;
+    float* dst = y + rows[r] * D;
+    for (int64_t i = 0; i < D; ++i) dst[i] += s * src[i];
+  }
+}
+
+void CpuBackend::zero(float* x, int64_t rows, int64_t n) {
+  std::memset(x, 0, static_cast<size_t>(rows * n) * sizeof(float));
+}
+
 }  // namespace ember::cpu

@@ -113,6 +113,9 @@ class CudaBackend : public Backend {
   void add_position_embeddings(const WeightMatrix& table, const Batch& batch, float* x) override;
   void add(float* y, const float* x, int64_t rows, int64_t n) override;
   void gather_rows(const float* x, int64_t D, std::span<const int32_t> rows, float* out) override;
+  void scatter_add_rows(const float* x, int64_t D, std::span<const int32_t> rows,
+                        std::span<const float> scales, float* y) override;
+  void zero(float* x, int64_t rows, int64_t n) override;
 
  protected:
   std::shared_ptr<float> allocate_activations(int64_t floats) override;

@@ -211,4 +211,19 @@ void ReferenceBackend::gather_rows(const float* x, int64_t D, std::span<const in
   }
 }
 
+void ReferenceBackend::scatter_add_rows(const float* x, int64_t D, std::span<const int32_t> rows,
+                                        std::span<const float> scales, float* y) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int64_t i = 0; i < D; ++i) {
+      y[rows[r] * D + i] =
+          static_cast<float>(static_cast<double>(y[rows[r] * D + i]) +
+                             static_cast<double>(scales[r]) * x[static_cast<int64_t>(r) * D + i]);
+    }
+  }
+}
+
+void ReferenceBackend::zero(float* x, int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows * n; ++i) x[i] = 0.0f;
+}
+
 }  // namespace ember::reference

@@ -1,0 +1,143 @@
+// Mixtures of experts as llama.cpp's converter writes them (../shared/models/moe-zoo: Mixtral as
+// llama with experts, Qwen2-MoE with its gated shared expert, OLMoE with Q/K norms over the whole
+// projections; see its README). Each file runs on the cpu and the reference backend and its logits
+// are held to the exact answer (a float64 forward pass written from the HF model definitions) and
+// compared with llama.cpp's; the routing is checked to pick every expert somewhere in the run.
+//
+// The ids go in as one prefill of kPrefill and then single-token decode steps, so both the grouped
+// (many tokens per expert) and the batch-1 path (only the k chosen experts read) are held to it.
+// Tolerance: 1e-4 of the largest |logit| of the exact answer at each position, as the family zoo.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ember/core/error.h"
+#include "ember/model/model_loader.h"
+#include "ember/model/moe_routing.h"
+#include "test_util.h"
+#include "unit/engine/step_engine.h"
+
+namespace ember {
+namespace {
+
+constexpr double kTolerance = 1e-4;
+constexpr double kVsLlamaCpp = 5e-4;
+constexpr size_t kPrefill = 20;
+
+std::filesystem::path zoo(const std::string& name) {
+  return test::fixture("models/moe-zoo/" + name);
+}
+
+LoadedModel load(const std::string& name, const std::string& backend) {
+  LoadOptions o;
+  o.path = zoo(name + ".gguf").string();
+  o.load_tokenizer = false;
+  o.backend.name = backend;
+  return load_model(o);
+}
+
+// All positions' logits, row-major [n_ids, vocab]: a prefill of kPrefill ids, then one per step;
+// the tokens each layer routed to each expert in `load`.
+std::vector<float> run(const LoadedModel& model, const std::vector<int32_t>& ids,
+                       std::vector<int64_t>* load) {
+  EngineOptions eo;
+  eo.max_context = 512;
+  eo.block_size = 16;
+  test::StepEngine engine(model.weights, eo);
+  std::vector<float> out = engine.prefill_then_decode(ids, kPrefill);
+  const std::span<const int64_t> l = engine.runner().expert_load();
+  load->assign(l.begin(), l.end());
+  return out;
+}
+
+class MoeZoo : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(MoeZoo, MatchesTheExactForwardPass) {
+  const auto& [name, backend] = GetParam();
+  EMBER_REQUIRE_BACKEND(backend);
+  EMBER_REQUIRE_FIXTURE(zoo(name + ".gguf"));
+  const std::vector<int32_t> ids = test::read_ids_file(zoo(name + ".ids"));
+  const std::vector<float> exact = test::read_f32_file(zoo(name + ".f64ref.f32"));
+  const std::vector<float> llama_cpp = test::read_f32_file(zoo(name + ".logits.f32"));
+  const LoadedModel model = load(name, backend);
+  ASSERT_TRUE(model.weights.config.is_moe());
+  const int64_t V = model.weights.config.vocab_size;
+  std::vector<int64_t> load;
+  const std::vector<float> ours = run(model, ids, &load);
+  // Every token went to k experts in every layer, and every expert of every layer ran somewhere.
+  const ModelConfig& c = model.weights.config;
+  ASSERT_EQ(load.size(), static_cast<size_t>(c.n_layers * c.n_experts));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const auto first = load.begin() + l * c.n_experts;
+    EXPECT_EQ(std::accumulate(first, first + c.n_experts, int64_t{0}),
+              static_cast<int64_t>(ids.size()) * c.n_experts_used)
+        << "layer " << l;
+    EXPECT_EQ(std::count(first, first + c.n_experts, 0), 0) << "layer " << l << ": an expert idle";
+  }
+  ASSERT_EQ(ours.size(), exact.size());
+  ASSERT_EQ(llama_cpp.size(), exact.size());
+  const double vs_exact = test::worst_relative_logit_error(ours, exact, exact, V);
+  const double vs_llama = test::worst_relative_logit_error(ours, llama_cpp, exact, V);
+  std::printf("[ moe ] %-10s %-9s vs exact %.2e  vs llama.cpp %.2e\n", name.c_str(),
+              backend.c_str(), vs_exact, vs_llama);
+  EXPECT_LE(vs_exact, kTolerance);
+  EXPECT_LE(vs_llama, kVsLlamaCpp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, MoeZoo,
+                         ::testing::Combine(::testing::Values("mixtral", "qwen2moe", "olmoe"),
+                                            ::testing::ValuesIn(test::backends_under_test())),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+// The active bytes per token count k of the E experts of each layer, and the config reads the
+// file's facts.
+TEST(MoeZooConfig, ExpertsAndActiveBytes) {
+  EMBER_REQUIRE_FIXTURE(zoo("olmoe.gguf"));
+  const LoadedModel olmoe = load("olmoe", "cpu");
+  const ModelConfig& c = olmoe.weights.config;
+  EXPECT_EQ(c.n_experts, 16);
+  EXPECT_EQ(c.n_experts_used, 4);
+  EXPECT_FALSE(c.expert_weights_normalized);
+  EXPECT_TRUE(c.qk_norm_whole);
+  const LayerWeights& l = olmoe.weights.layers[0];
+  ASSERT_EQ(l.expert_gate.size(), 16u);
+  const int64_t experts = 16 * (l.expert_gate[0].bytes() * 3) * c.n_layers;
+  EXPECT_EQ(olmoe.weights.matrix_bytes() - olmoe.weights.active_matrix_bytes(), experts * 12 / 16);
+  const LoadedModel mixtral = load("mixtral", "cpu");
+  EXPECT_TRUE(mixtral.weights.config.expert_weights_normalized);
+  const LoadedModel qwen = load("qwen2moe", "cpu");
+  EXPECT_EQ(qwen.weights.config.d_shared_expert_ffn, 256);
+  EXPECT_NE(qwen.weights.layers[0].shared_expert_gate.data, nullptr);
+}
+
+TEST(MoeRouting, TopKOfTheSoftmaxGroupedByExpert) {
+  // 3 tokens over 4 experts, k = 2.
+  const std::vector<float> logits = {
+      0.0f, 2.0f, 1.0f, -1.0f,  // token 0: experts 1, 2
+      3.0f, 3.0f, 0.0f, 0.0f,   // token 1: a tie, experts 0, 1
+      0.0f, 0.0f, 0.0f, 5.0f};  // token 2: expert 3, then 0 (the lowest of a three-way tie)
+  ExpertRoutes r;
+  route_tokens(logits, 3, 4, 2, /*normalize=*/false, r);
+  EXPECT_EQ(r.rows[0], (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(r.rows[1], (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(r.rows[2], (std::vector<int32_t>{0}));
+  EXPECT_EQ(r.rows[3], (std::vector<int32_t>{2}));
+  const double z0 = std::exp(0.0) + std::exp(2.0) + std::exp(1.0) + std::exp(-1.0);
+  EXPECT_NEAR(r.weights[1][0], std::exp(2.0) / z0, 1e-6);  // the softmax probability as it is
+  route_tokens(logits, 3, 4, 2, /*normalize=*/true, r);
+  EXPECT_NEAR(r.weights[1][0], std::exp(2.0) / (std::exp(2.0) + std::exp(1.0)), 1e-6);
+  EXPECT_NEAR(r.weights[2][0], std::exp(1.0) / (std::exp(2.0) + std::exp(1.0)), 1e-6);
+  EXPECT_NEAR(r.weights[0][0] + r.weights[1][1], 1.0, 1e-6);  // token 1's pair sums to 1
+}
+
+}  // namespace
+}  // namespace ember
