@@ -97,7 +97,7 @@ TEST(CliInspect, FamiliesAndTheirFeatures) {
   r = test::run_ember("inspect " + test::shell_quote(falcon.string()));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("unsupported architecture 'falcon' (ember runs llama, mistral, mixtral, "
-                       "qwen2, qwen3, qwen2moe, olmoe, phi3, gemma2, gemma3, gpt2)"),
+                       "qwen2, qwen3, qwen2moe, qwen3moe, olmoe, phi3, gemma2, gemma3, gpt2)"),
             std::string::npos)
       << r.err;
 }

@@ -58,5 +58,8 @@ Checkpoint open_checkpoint(const std::string& path, const CheckpointOptions& opt
 
 // ModelConfig from GGUF metadata (general.architecture = llama | qwen2 | ...).
 ModelConfig config_from_gguf(const GgufFile& gguf);
+// Whether a GGUF mixture of `architecture` renormalizes its top-k expert weights when the file has
+// no expert_weights_norm key (its family's published rule).
+bool gguf_family_normalizes_experts(const std::string& architecture);
 
 }  // namespace ember

@@ -111,6 +111,19 @@ void add_architecture(GgufWriter& w, const Checkpoint& ckpt) {
     u32("rope.dimension_count", c.rope_dim);
   }
   u32("vocab_size", c.vocab_size);
+  if (c.is_moe()) {
+    u32("expert_count", c.n_experts);
+    u32("expert_used_count", c.n_experts_used);
+    if (c.d_expert_ffn != c.d_ffn) u32("expert_feed_forward_length", c.d_expert_ffn);
+    if (c.d_shared_expert_ffn > 0) {
+      u32("expert_shared_feed_forward_length", c.d_shared_expert_ffn);
+    }
+    // The family rule (model_config_gguf.cpp) decides when the key is absent; written when the
+    // checkpoint's norm_topk_prob says otherwise.
+    if (c.expert_weights_normalized != gguf_family_normalizes_experts(c.architecture)) {
+      w.set(a + "expert_weights_norm", gguf_value::boolean(c.expert_weights_normalized));
+    }
+  }
   add_rope_scaling(w, c);
   add_attention_features(w, c);
 }

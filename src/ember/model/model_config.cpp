@@ -7,7 +7,8 @@
 namespace ember {
 
 const char* supported_architectures() {
-  return "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, olmoe, phi3, gemma2, gemma3, gpt2";
+  return "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, phi3, gemma2, gemma3, "
+         "gpt2";
 }
 
 float ModelConfig::rope_mscale() const {

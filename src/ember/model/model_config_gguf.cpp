@@ -25,7 +25,7 @@ void apply_family_features(ModelConfig& c) {
   const std::string& a = c.architecture;
   if (a == "qwen2" || a == "qwen2moe") c.attention_bias = true;
   if (a == "olmoe") c.qk_norm_whole = true;
-  if (a == "qwen3" || a == "gemma3") c.qk_norm = true;
+  if (a == "qwen3" || a == "qwen3moe" || a == "gemma3") c.qk_norm = true;
   if (a == "phi3") c.fused_qkv = c.fused_gate_up = true;
   if (a == "gemma2" || a == "gemma3") {
     c.mlp = MlpKind::GeGlu;
@@ -46,11 +46,17 @@ void apply_family_features(ModelConfig& c) {
 
 }  // namespace
 
+bool gguf_family_normalizes_experts(const std::string& architecture) {
+  // Mixtral always renormalizes; Qwen3-MoE's released configs set norm_topk_prob (as llama.cpp
+  // reads qwen3moe); Qwen2-MoE's and OLMoE's do not.
+  return architecture == "llama" || architecture == "qwen3moe";
+}
+
 ModelConfig config_from_gguf(const GgufFile& gguf) {
   ModelConfig c;
   c.architecture = gguf.get_string("general.architecture");
   if (!is_one_of(c.architecture, {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gpt2",
-                                  "qwen2moe", "olmoe"})) {
+                                  "qwen2moe", "qwen3moe", "olmoe"})) {
     throw Error::in_file(ErrorKind::Unsupported, gguf.path(),
                          "unsupported architecture '" + c.architecture + "' (ember runs " +
                              supported_architectures() + ")");
@@ -87,8 +93,12 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
   if (c.n_experts > 0) {
     c.d_expert_ffn = int_or(a + "expert_feed_forward_length", c.d_ffn);
     c.d_shared_expert_ffn = int_or(a + "expert_shared_feed_forward_length", 0);
-    c.expert_weights_normalized = c.architecture == "llama";
-  } else if (c.architecture == "qwen2moe" || c.architecture == "olmoe") {
+    c.expert_weights_normalized = gguf_family_normalizes_experts(c.architecture);
+    if (const GgufValue* v = gguf.find(a + "expert_weights_norm")) {
+      c.expert_weights_normalized = v->as_int().value_or(0) != 0;
+    }
+  } else if (c.architecture == "qwen2moe" || c.architecture == "qwen3moe" ||
+             c.architecture == "olmoe") {
     throw Error::in_file(ErrorKind::InvalidFile, gguf.path(),
                          c.architecture + " without " + a + "expert_count");
   }

@@ -43,6 +43,10 @@ std::string architecture_of(const HfConfigFields& f, const std::string& source) 
       {"Gemma2ForCausalLM", "gemma2", "gemma2"},
       {"Gemma3ForCausalLM", "gemma3_text", "gemma3"},
       {"GPT2LMHeadModel", "gpt2", "gpt2"},
+      {"MixtralForCausalLM", "mixtral", "mixtral"},
+      {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2moe"},
+      {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe"},
+      {"OlmoeForCausalLM", "olmoe", "olmoe"},
   };
   for (const Known& k : kKnown) {
     if (arch == k.hf_class || (arch.empty() && model_type == k.model_type)) return k.architecture;
@@ -209,6 +213,42 @@ void gemma_features(const HfConfigFields& f, const std::string& source, ModelCon
   if (gemma3) c.rope_local_theta = static_cast<float>(f.number_or("rope_local_base_freq", 10000.0));
 }
 
+// The mixture-of-experts fields of Mixtral, Qwen2/Qwen3-MoE and OLMoE (each family's HF config
+// class: its key names and defaults).
+void moe_features(const HfConfigFields& f, const std::string& source, ModelConfig& c) {
+  const std::string& a = c.architecture;
+  if (a == "mixtral") {
+    c.n_experts = f.required_int("num_local_experts");
+    c.n_experts_used = f.int_or("num_experts_per_tok", 2);
+    c.d_expert_ffn = c.d_ffn;
+    c.expert_weights_normalized = true;  // Mixtral's router always renormalizes its top k
+    c.sliding_window = f.int_or("sliding_window", 0);
+    c.architecture = "llama";  // runs, and is written to GGUF, as llama with experts
+    return;
+  }
+  c.n_experts = f.required_int("num_experts");
+  c.n_experts_used = f.required_int("num_experts_per_tok");
+  c.expert_weights_normalized = f.bool_or("norm_topk_prob", false);
+  if (a == "olmoe") {
+    c.d_expert_ffn = c.d_ffn;
+    c.qk_norm_whole = true;
+    if (f.get("clip_qkv") != nullptr) {
+      throw Error::in_file(ErrorKind::Unsupported, source, "olmoe's clip_qkv is not supported");
+    }
+    return;
+  }
+  // qwen2moe / qwen3moe: the experts' own width, every layer sparse.
+  c.d_expert_ffn = f.required_int("moe_intermediate_size");
+  if (a == "qwen2moe") c.d_shared_expert_ffn = f.int_or("shared_expert_intermediate_size", 0);
+  if (a == "qwen3moe") c.qk_norm = true;
+  const nlohmann::json* dense = f.get("mlp_only_layers");
+  if (f.int_or("decoder_sparse_step", 1) != 1 || (dense != nullptr && !dense->empty())) {
+    throw Error::in_file(ErrorKind::Unsupported, source,
+                         "dense layers among the expert layers (decoder_sparse_step != 1 or "
+                         "mlp_only_layers) are not supported yet");
+  }
+}
+
 // config.json's root object -> ModelConfig, checking fields in the order errors are reported.
 ModelConfig config_from_hf_json(const Json& root, const std::string& source) {
   const HfConfigFields f(root, source);
@@ -221,7 +261,8 @@ ModelConfig config_from_hf_json(const Json& root, const std::string& source) {
 
   ModelConfig c;
   c.architecture = architecture;
-  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen3";
+  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen3" ||
+                    c.architecture == "qwen2moe" || c.architecture == "qwen3moe";
   const bool gemma = c.architecture == "gemma2" || c.architecture == "gemma3";
 
   c.d_model = f.required_int("hidden_size");
@@ -240,7 +281,8 @@ ModelConfig config_from_hf_json(const Json& root, const std::string& source) {
   // Gemma ties its embeddings unless told otherwise.
   c.tie_word_embeddings = f.bool_or("tie_word_embeddings", gemma);
   // Qwen2 always has q/k/v biases (its config has no key for it); Llama has none by default.
-  c.attention_bias = f.bool_or("attention_bias", c.architecture == "qwen2");
+  c.attention_bias =
+      f.bool_or("attention_bias", c.architecture == "qwen2" || c.architecture == "qwen2moe");
   c.qk_norm = c.architecture == "qwen3";
   c.fused_qkv = c.fused_gate_up = c.architecture == "phi3";
   if (c.architecture == "mistral" || c.architecture == "phi3") {
@@ -253,6 +295,10 @@ ModelConfig config_from_hf_json(const Json& root, const std::string& source) {
                          "use_sliding_window with max_window_layers is not supported yet");
   }
   if (gemma) gemma_features(f, source, c);
+  if (c.architecture == "mixtral" || c.architecture == "qwen2moe" || c.architecture == "qwen3moe" ||
+      c.architecture == "olmoe") {
+    moe_features(f, source, c);
+  }
   if (auto id = f.token_id("bos_token_id")) c.bos_token_id = *id;
   if (auto id = f.token_id("eos_token_id")) c.eos_token_id = *id;
 

@@ -105,6 +105,8 @@ class WeightBuilder {
         backend_(backend),
         check_all_rows_(check_all_rows) {}
 
+  bool has(const std::string& name) const { return ckpt_.tensors.count(name) != 0; }
+
   const StoredTensor& find(const ExpectedTensor& expected) {
     auto it = ckpt_.tensors.find(expected.name);
     if (it == ckpt_.tensors.end()) {
@@ -348,9 +350,20 @@ void build_experts(WeightBuilder& b, const ModelConfig& c, Find t, LayerWeights&
   const ExpectedTensor& gate = t("mlp.experts.gate_proj.weight");
   const ExpectedTensor& up = t("mlp.experts.up_proj.weight");
   const ExpectedTensor& down = t("mlp.experts.down_proj.weight");
+  // HF checkpoints store each expert apart (mlp.experts.E.gate_proj.weight); GGUF one tensor per
+  // projection, whose rows are cut per expert.
+  const std::string layer = gate.name.substr(0, gate.name.size() - 28);  // "model.layers.N."
+  const bool per_expert = b.has(layer + "mlp.experts.0.gate_proj.weight");
   for (int64_t e = 0; e < E; ++e) {
     std::string part = "#";  // appended: GCC 12 warns falsely on "#" + std::to_string(e)
     part += std::to_string(e);
+    if (per_expert) {
+      const std::string p = layer + "mlp.experts." + std::to_string(e) + ".";
+      lw.expert_gate.push_back(b.matrix({p + "gate_proj.weight", {F, D}, true}, false, 0));
+      lw.expert_up.push_back(b.matrix({p + "up_proj.weight", {F, D}, true}, false, 0));
+      lw.expert_down.push_back(b.matrix({p + "down_proj.weight", {D, F}, true}, false, 0));
+      continue;
+    }
     lw.expert_gate.push_back(b.matrix(gate, false, 0, e * F, F, part));
     lw.expert_up.push_back(b.matrix(up, false, 0, e * F, F, part));
     lw.expert_down.push_back(b.matrix(down, false, 0, e * D, D, part));

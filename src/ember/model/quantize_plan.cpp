@@ -156,6 +156,30 @@ void add_rope_freqs(QuantizePlan& plan, const ModelConfig& c) {
   if (!factors.empty()) add_vector(plan, "rope_freqs.weight", std::move(factors));
 }
 
+// An HF mixture's experts, one tensor each (mlp.experts.E.gate_proj.weight), as the one
+// [E, rows, cols] tensor GGUF stores per projection (ffn_gate_exps), in f32.
+PlannedTensor merged_experts(const Checkpoint& ckpt, const ExpectedTensor& e, QuantizePlan& plan,
+                             QuantPreset preset, const QuantModelShape& model) {
+  const int64_t E = e.shape[0], rows = e.shape[1], cols = e.shape[2];
+  const size_t at = e.name.find("experts.") + 8;  // "...mlp.experts." + "gate_proj.weight"
+  auto data = std::make_shared<std::vector<float>>();
+  data->reserve(static_cast<size_t>(E * rows * cols));
+  for (int64_t x = 0; x < E; ++x) {
+    const ExpectedTensor one{
+        e.name.substr(0, at) + std::to_string(x) + "." + e.name.substr(at), {rows, cols}, true};
+    const std::vector<float> f = float_copy(stored_tensor(ckpt, one), one.shape, 0.0f);
+    data->insert(data->end(), f.begin(), f.end());
+  }
+  PlannedTensor t;
+  t.name = gguf_name_from_hf(e.name, ckpt.config.architecture).value();
+  t.shape = e.shape;
+  t.source_dtype = DType::F32;
+  t.source = reinterpret_cast<const uint8_t*>(data->data());
+  plan.generated.push_back(std::move(data));
+  t.target = target_for(preset, t.name, t.shape, t.source_dtype, DType::F32, model);
+  return t;
+}
+
 QuantizePlan plan_checkpoint(const std::string& input, QuantPreset preset,
                              const std::string& tokenizer_path) {
   CheckpointOptions options;
@@ -178,6 +202,10 @@ QuantizePlan plan_checkpoint(const std::string& input, QuantPreset preset,
   add_longrope_factors(plan, c);
   const QuantModelShape model = checkpoint_shape(c);
   for (const ExpectedTensor& e : expected_tensors(c)) {
+    if (e.shape.size() == 3 && ckpt.tensors.count(e.name) == 0) {
+      plan.tensors.push_back(merged_experts(ckpt, e, plan, preset, model));
+      continue;
+    }
     const StoredTensor& stored = stored_tensor(ckpt, e);
     PlannedTensor t;
     t.name = gguf_name_from_hf(e.name, c.architecture).value_or("");

@@ -168,6 +168,20 @@ std::string canonical_from_hf(const std::string& hf_name, const std::string& arc
     if (auto suffix = lookup(hf_per_layer(arch), parts->second, true)) {
       return "model.layers." + parts->first + "." + *suffix;
     }
+    // Mixtral's MoE block: block_sparse_moe.gate (the router) and experts.E.w1/w3/w2 (gate, up,
+    // down) are the mlp.gate / mlp.experts.E.*_proj names the other mixtures use.
+    const std::string& rest = parts->second;
+    if (rest.rfind("block_sparse_moe.", 0) == 0) {
+      std::string canonical = "mlp." + rest.substr(17);
+      for (const auto& [w, proj] : {std::pair<const char*, const char*>{".w1.", ".gate_proj."},
+                                    {".w3.", ".up_proj."},
+                                    {".w2.", ".down_proj."}}) {
+        if (const size_t at = canonical.find(w); at != std::string::npos) {
+          canonical.replace(at, 4, proj);
+        }
+      }
+      return "model.layers." + parts->first + "." + canonical;
+    }
   }
   return name;
 }
@@ -294,7 +308,7 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
       out.push_back({p + "mlp.up_proj.weight", {c.d_ffn, c.d_model}, true});
     }
     if (c.linear_biases) out.push_back({p + "mlp.up_proj.bias", {c.d_ffn}, false});
-    out.push_back({p + "mlp.down_proj.weight", {c.d_model, c.d_ffn}, true});
+    if (!c.is_moe()) out.push_back({p + "mlp.down_proj.weight", {c.d_model, c.d_ffn}, true});
     if (c.linear_biases) out.push_back({p + "mlp.down_proj.bias", {c.d_model}, false});
     if (c.sandwich_norms) out.push_back({p + "mlp.output_norm.weight", {c.d_model}, false});
   }

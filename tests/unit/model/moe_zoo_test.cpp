@@ -12,17 +12,23 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "ember/core/error.h"
+#include "ember/formats/gguf.h"
+#include "ember/model/model_config_sources.h"
 #include "ember/model/model_loader.h"
 #include "ember/model/moe_routing.h"
+#include "ember/model/tensor_names.h"
 #include "test_util.h"
 #include "unit/engine/step_engine.h"
+#include "unit/formats/format_writers.h"
 
 namespace ember {
 namespace {
@@ -98,6 +104,121 @@ INSTANTIATE_TEST_SUITE_P(Files, MoeZoo,
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });
 
+// HF's name for a zoo file's GGUF tensor, and for the experts (one tensor each in HF layout).
+std::string hf_dense_name(const std::string& gguf, const std::string& arch) {
+  return hf_name_from_gguf(gguf, arch).value();
+}
+
+std::string hf_expert_name(const std::string& arch, int64_t layer, int64_t expert,
+                           const std::string& proj) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  if (arch != "llama") return p + "mlp.experts." + std::to_string(expert) + "." + proj + ".weight";
+  const char* w = proj == "gate_proj" ? "w1" : proj == "up_proj" ? "w3" : "w2";  // Mixtral's
+  return p + "block_sparse_moe.experts." + std::to_string(expert) + "." + w + ".weight";
+}
+
+// The zoo file rewritten as an HF checkpoint: config.json with the family's HF class and keys,
+// model.safetensors with HF's tensor names, each expert its own tensor, Mixtral's Q/K rows back in
+// HF's half-rotation order (llama.cpp's converter interleaved them).
+std::filesystem::path write_hf_checkpoint(const std::string& name) {
+  const GgufFile gguf(zoo(name + ".gguf").string());
+  const test::Bytes file = test::read_bytes(zoo(name + ".gguf"));
+  const std::string arch = gguf.get_string("general.architecture");
+  const std::string a = arch + ".";
+  const int64_t D = gguf.get_int(a + "embedding_length"),
+                heads = gguf.get_int(a + "attention.head_count");
+  const int64_t head_dim = D / heads;
+  nlohmann::json config = {{"hidden_size", D},
+                           {"num_hidden_layers", gguf.get_int(a + "block_count")},
+                           {"num_attention_heads", heads},
+                           {"num_key_value_heads", gguf.get_int(a + "attention.head_count_kv")},
+                           {"vocab_size", 512},
+                           {"max_position_embeddings", gguf.get_int(a + "context_length")},
+                           {"rms_norm_eps", gguf.get_float(a + "attention.layer_norm_rms_epsilon")},
+                           {"rope_theta", gguf.get_float(a + "rope.freq_base")},
+                           {"num_experts_per_tok", gguf.get_int(a + "expert_used_count")},
+                           {"tie_word_embeddings", gguf.find_tensor("output.weight") == nullptr}};
+  const int64_t E = gguf.get_int(a + "expert_count");
+  if (arch == "llama") {
+    config["architectures"] = {"MixtralForCausalLM"};
+    config["num_local_experts"] = E;
+    config["intermediate_size"] = gguf.get_int(a + "feed_forward_length");
+  } else {
+    config["architectures"] = {arch == "olmoe" ? "OlmoeForCausalLM" : "Qwen2MoeForCausalLM"};
+    config["num_experts"] = E;
+    config["intermediate_size"] = gguf.get_int(a + "feed_forward_length");
+  }
+  if (arch == "qwen2moe") {
+    config["moe_intermediate_size"] = gguf.get_int(a + "expert_feed_forward_length");
+    config["shared_expert_intermediate_size"] =
+        gguf.get_int(a + "expert_shared_feed_forward_length");
+  }
+  test::SafetensorsWriter w;
+  w.metadata("format", "pt");
+  for (const GgufTensorInfo& t : gguf.tensors()) {
+    std::vector<float> v(t.nbytes / sizeof(float));
+    std::memcpy(v.data(), file.data() + t.offset, t.nbytes);
+    const bool experts = t.name.find("_exps.") != std::string::npos;
+    if (!experts) {
+      std::vector<int64_t> shape = t.shape;
+      if (t.name.ends_with("ffn_gate_inp_shexp.weight")) shape = {1, D};
+      const bool qk = t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight");
+      if (arch == "llama" && qk) {  // HF row c * hd/2 + i <- interleaved row 2i + c, per head
+        std::vector<float> hf(v.size());
+        for (int64_t r = 0; r < t.shape[0]; ++r) {
+          const int64_t head = r / head_dim, j = r % head_dim, half = head_dim / 2;
+          const int64_t src = head * head_dim + 2 * (j % half) + j / half;
+          std::copy_n(v.begin() + src * D, D, hf.begin() + r * D);
+        }
+        v = hf;
+      }
+      std::string hf = hf_dense_name(t.name, arch);
+      if (arch == "llama" && t.name.ends_with("ffn_gate_inp.weight")) {
+        hf.replace(hf.find("mlp.gate"), 8, "block_sparse_moe.gate");
+      }
+      w.tensor(hf, "F32", shape, test::f32_bytes(v));
+      continue;
+    }
+    // blk.N.ffn_{gate,up,down}_exps.weight [E, rows, cols] -> E tensors [rows, cols].
+    const int64_t layer = std::stoll(t.name.substr(4, t.name.find('.', 4) - 4));
+    const std::string proj = t.name.find("gate_exps") != std::string::npos ? "gate_proj"
+                             : t.name.find("up_exps") != std::string::npos ? "up_proj"
+                                                                           : "down_proj";
+    const int64_t per = t.shape[1] * t.shape[2];
+    for (int64_t e = 0; e < E; ++e) {
+      w.tensor(hf_expert_name(arch, layer, e, proj), "F32", {t.shape[1], t.shape[2]},
+               test::f32_bytes(std::vector<float>(v.begin() + e * per, v.begin() + (e + 1) * per)));
+    }
+  }
+  const auto dir = test::scratch_dir("moe-hf-" + name);
+  std::ofstream(dir / "config.json") << config.dump(2);
+  test::write_bytes(dir / "model.safetensors", w.build());
+  return dir;
+}
+
+// The same weights in HF layout (per-expert tensors, HF names and config) give the GGUF file's
+// logits: held to the exact answer with the same tolerance.
+TEST(MoeZooHf, HfLayoutMatchesTheExactForwardPass) {
+  for (const std::string name : {"mixtral", "qwen2moe", "olmoe"}) {
+    SCOPED_TRACE(name);
+    EMBER_REQUIRE_FIXTURE(zoo(name + ".gguf"));
+    LoadOptions o;
+    o.path = write_hf_checkpoint(name).string();
+    o.load_tokenizer = false;
+    const LoadedModel model = load_model(o);
+    ASSERT_TRUE(model.weights.config.is_moe());
+    const std::vector<int32_t> ids = test::read_ids_file(zoo(name + ".ids"));
+    const std::vector<float> exact = test::read_f32_file(zoo(name + ".f64ref.f32"));
+    std::vector<int64_t> load;
+    const std::vector<float> ours = run(model, ids, &load);
+    ASSERT_EQ(ours.size(), exact.size());
+    const double vs_exact =
+        test::worst_relative_logit_error(ours, exact, exact, model.weights.config.vocab_size);
+    std::printf("[ moe ] %-10s HF layout vs exact %.2e\n", name.c_str(), vs_exact);
+    EXPECT_LE(vs_exact, kTolerance);
+  }
+}
+
 // The active bytes per token count k of the E experts of each layer, and the config reads the
 // file's facts.
 TEST(MoeZooConfig, ExpertsAndActiveBytes) {
@@ -137,6 +258,35 @@ TEST(MoeRouting, TopKOfTheSoftmaxGroupedByExpert) {
   EXPECT_NEAR(r.weights[1][0], std::exp(2.0) / (std::exp(2.0) + std::exp(1.0)), 1e-6);
   EXPECT_NEAR(r.weights[2][0], std::exp(1.0) / (std::exp(2.0) + std::exp(1.0)), 1e-6);
   EXPECT_NEAR(r.weights[0][0] + r.weights[1][1], 1.0, 1e-6);  // token 1's pair sums to 1
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// Expert counts that contradict each other are one error naming the file and the fields.
+TEST(MoeConfig, InconsistentExpertCountsAreRefused) {
+  const std::string base = R"({"architectures": ["OlmoeForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 512, )";
+  const ModelConfig ok =
+      parse_hf_config(base + R"("num_experts": 8, "num_experts_per_tok": 2})", "ok/config.json");
+  EXPECT_EQ(ok.n_experts, 8);
+  EXPECT_TRUE(ok.qk_norm_whole);
+  for (const std::string& bad : {R"("num_experts": 8, "num_experts_per_tok": 9})",
+                                 R"("num_experts": 8, "num_experts_per_tok": 0})"}) {
+    try {
+      parse_hf_config(base + bad, "bad/config.json");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad/config.json"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("experts used per token"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(parse_hf_config(base + R"("num_experts_per_tok": 2})", "x/config.json"), Error);
 }
 
 }  // namespace
