@@ -315,6 +315,32 @@ TEST(CliRun, DraftModelsKeepTheGreedyTextAndBadDraftsAreRefused) {
   EXPECT_NE(score.err.find("speculative decoding does not apply"), std::string::npos) << score.err;
 }
 
+// A mixture of experts in bench: the bandwidth figures use the bytes one token reads (k of E
+// experts), --json has every layer's expert load (each routed token counted k times per layer).
+TEST(CliRun, BenchOfAMixtureReportsActiveBytesAndExpertLoad) {
+  auto olmoe = test::fixture("models/moe-zoo/olmoe.gguf");
+  EMBER_REQUIRE_FIXTURE(olmoe);
+  auto r = test::run_ember("bench -m " + test::shell_quote(olmoe.string()) +
+                           " -p 32 -n 8 -r 1 -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_LT(j["matrix_bytes_active"].get<int64_t>(), j["matrix_bytes"].get<int64_t>());
+  EXPECT_EQ(j["experts"]["count"], 16);
+  EXPECT_EQ(j["experts"]["used_per_token"], 4);
+  const auto& load = j["experts"]["load"];
+  ASSERT_EQ(load.size(), 2u);  // layers
+  int64_t first = -1;
+  for (const auto& layer : load) {
+    ASSERT_EQ(layer.size(), 16u);
+    int64_t sum = 0;
+    for (const auto& n : layer) sum += n.get<int64_t>();
+    EXPECT_GT(sum, 32 * 4);
+    EXPECT_EQ(sum % 4, 0);
+    if (first < 0) first = sum;
+    EXPECT_EQ(sum, first);  // every layer routes every token
+  }
+}
+
 TEST(CliRun, SameSeedSameTextDifferentSeedDifferentText) {
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);

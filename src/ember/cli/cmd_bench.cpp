@@ -177,6 +177,10 @@ struct BenchRun {
   PrefixResult prefix;
   int threads = 0;
   int64_t matrix_bytes = 0, copied_bytes = 0;
+  // What one token's decode step reads: matrix_bytes, less the experts a token is not routed to
+  // (mixtures of experts: k of E per layer). The bandwidth figures are set against it.
+  int64_t active_bytes = 0;
+  std::vector<int64_t> expert_load;  // tokens routed to each expert, [n_layers * n_experts]
   BackendInfo backend;
   int64_t kv_bytes_per_token = 0;  // K + V of one token across all layers, in the cache's dtype
   SpeculativeStats spec;           // --lookup: over all decode repetitions
@@ -216,7 +220,7 @@ void measure_decode(const BenchOptions& o, LLMEngine& engine, std::mt19937& rng,
   if (probing) {
     // A decode step reads every matrix once for the whole batch.
     const double step_gbps =
-        run.tg.back() / static_cast<double>(o.batch) * static_cast<double>(run.matrix_bytes) / 1e9;
+        run.tg.back() / static_cast<double>(o.batch) * static_cast<double>(run.active_bytes) / 1e9;
     run.decode_fraction.push_back(step_gbps / run.probe_gbps.back());
   }
 }
@@ -226,6 +230,7 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
   BenchRun run;
   run.threads = engine.runner().n_threads();
   run.matrix_bytes = model.weights.matrix_bytes();
+  run.active_bytes = model.weights.active_matrix_bytes();
   std::mt19937 rng(42);
   // Warm-up: touch every weight page and the KV pool once.
   time_prefill(engine, std::min<int64_t>(16, engine.max_request_tokens() - 1), rng);
@@ -267,6 +272,8 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
     run.prefix = time_prefix_hit(model.weights, prefix_eo, o.prefix_tokens, o.prefix_from, rng);
   }
   run.copied_bytes = model.weights.copied_matrix_bytes();
+  const std::span<const int64_t> load = engine.runner().expert_load();
+  run.expert_load.assign(load.begin(), load.end());
   run.kv_bytes_per_token = engine.runner().kv_shape().bytes_per_token();
   run.spec = engine.speculative_stats();
   run.backend = model.weights.backend->info();
@@ -310,7 +317,7 @@ std::pair<double, double> speculative_speedup(const BenchRun& run) {
 
 double decode_weight_gbps(const BenchOptions& o, const BenchRun& run) {
   return summarize(run.tg).median / static_cast<double>(o.batch) *
-         static_cast<double>(run.matrix_bytes) / 1e9;
+         static_cast<double>(run.active_bytes) / 1e9;
 }
 
 void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngineOptions& eo,
@@ -329,6 +336,18 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
   j["load_seconds"] = model.load_seconds;
   j["matrix_bytes"] = run.matrix_bytes;
   j["matrix_bytes_copied"] = run.copied_bytes;
+  j["matrix_bytes_active"] = run.active_bytes;
+  if (!run.expert_load.empty()) {
+    // Tokens routed to each expert over the whole run (warm-up included), one row per layer.
+    const int64_t E = model.weights.config.n_experts;
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (size_t l = 0; l * E < run.expert_load.size(); ++l) {
+      layers.push_back(std::vector<int64_t>(run.expert_load.begin() + l * E,
+                                            run.expert_load.begin() + (l + 1) * E));
+    }
+    j["experts"] = {
+        {"count", E}, {"used_per_token", model.weights.config.n_experts_used}, {"load", layers}};
+  }
   j["weight_bytes_in_huge_pages"] = run.backend.weight_bytes_huge_pages;
   j["transparent_huge_pages"] = transparent_huge_pages_mode();
   j["n_params_layers"] = model.weights.config.n_layers;
@@ -403,7 +422,7 @@ void print_probe_line(const BenchRun& run, double decode_gbps) {
       "decode reads %.1f MB of weights per step: %.1f GB/s; read-bandwidth probe (%s, "
       "just before each repetition) %.1f GB/s (%.1f .. %.1f); decode / probe %.0f%% (%.0f%% .. "
       "%.0f%%), median of %zu repetitions\n",
-      static_cast<double>(run.matrix_bytes) / 1e6, decode_gbps, where, probes.median, probes.min,
+      static_cast<double>(run.active_bytes) / 1e6, decode_gbps, where, probes.median, probes.min,
       probes.max, 100 * fractions.median, 100 * fractions.min, 100 * fractions.max,
       run.decode_fraction.size());
 }
@@ -417,6 +436,20 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
       run.interleaved ? " interleaved" : "", static_cast<double>(run.matrix_bytes) / 1e6,
       eo.engine.kv_dtype_label().c_str(), run.backend.name.c_str(), run.backend.kernels.c_str(),
       run.threads, model.load_seconds);
+  if (model.weights.config.is_moe()) {
+    const ModelConfig& c = model.weights.config;
+    int64_t busiest = 0, idle = 0;
+    for (int64_t n : run.expert_load) {
+      busiest = std::max(busiest, n);
+      idle += n == 0 ? 1 : 0;
+    }
+    std::printf(
+        "mixture of experts: %lld of %lld experts per token, %.1f MB of matrices read per token; "
+        "busiest expert %lld tokens, %lld of %zu (layer, expert) pairs never routed to\n",
+        (long long)c.n_experts_used, (long long)c.n_experts,
+        static_cast<double>(run.active_bytes) / 1e6, (long long)busiest, (long long)idle,
+        run.expert_load.size());
+  }
   // Where decode reads the weights from: the file mapping (4 KiB pages) or ember's own copy.
   std::printf(
       "weights: %.1f MB read in place from the file, %.1f MB copied at load (their memory: %.1f MB "

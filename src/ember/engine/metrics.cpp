@@ -1,6 +1,7 @@
 #include "ember/engine/metrics.h"
 
 #include <cstdio>
+#include <string>
 
 namespace ember {
 
@@ -145,6 +146,15 @@ std::string ServingMetrics::render_prometheus() const {
                   spec.propose_seconds);
     append_metric(out, "ember_spec_verify_seconds_total", "counter",
                   "Forward time of the steps that carried guesses", spec.verify_seconds);
+  }
+  if (!expert_tokens.empty()) {
+    out +=
+        "# HELP ember_expert_routed_tokens_total Tokens routed to each expert (mixtures of "
+        "experts), summed over the layers\n# TYPE ember_expert_routed_tokens_total counter\n";
+    for (size_t e = 0; e < expert_tokens.size(); ++e) {
+      out += "ember_expert_routed_tokens_total{expert=\"" + std::to_string(e) + "\"} " +
+             std::to_string(expert_tokens[e]) + "\n";
+    }
   }
   ttft_seconds.render("ember_time_to_first_token_seconds", "Time from arrival to first token", out);
   inter_token_seconds.render("ember_inter_token_latency_seconds",

@@ -50,6 +50,8 @@ struct ServingMetrics {
   KvTierStats kv_tiers;
   bool speculative = false;  // a proposer is on: its series are rendered
   SpeculativeStats spec;
+  // Mixtures of experts: tokens routed to each expert, summed over the layers (empty: dense).
+  std::vector<int64_t> expert_tokens;
   Histogram ttft_seconds{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram inter_token_seconds{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 

@@ -275,8 +275,8 @@ TEST(MoeConfig, InconsistentExpertCountsAreRefused) {
       parse_hf_config(base + R"("num_experts": 8, "num_experts_per_tok": 2})", "ok/config.json");
   EXPECT_EQ(ok.n_experts, 8);
   EXPECT_TRUE(ok.qk_norm_whole);
-  for (const std::string& bad : {R"("num_experts": 8, "num_experts_per_tok": 9})",
-                                 R"("num_experts": 8, "num_experts_per_tok": 0})"}) {
+  for (const std::string bad : {R"("num_experts": 8, "num_experts_per_tok": 9})",
+                                R"("num_experts": 8, "num_experts_per_tok": 0})"}) {
     try {
       parse_hf_config(base + bad, "bad/config.json");
       ADD_FAILURE() << "accepted " << bad;
