@@ -107,6 +107,11 @@ void Scheduler::schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& b
           failed.push_back(std::move(dead));
           continue;
         }
+        // A waiting sequence holds no blocks: the prefix it matched goes back to the cache (still
+        // found there next time). Held, such prefixes of several waiting sequences could fill the
+        // pool with nothing running, and the check above would fail a request that fits.
+        release(*s);
+        s->prefix_looked_up = false;
         break;
       }
     }

@@ -200,3 +200,47 @@ TEST_F(LLMEngineTest, ASessionResumesFromTheTokensItShares) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// Sequences sharing a prompt prefix in a pool too small for all of them at once: the scheduler
+// preempts and readmits, and every request completes with all its tokens. (Waiting sequences
+// used to keep the prefix blocks they had matched; with a few of them waiting the pool filled
+// with nothing running and the front one failed with "does not fit in the KV cache".)
+TEST_F(LLMEngineTest, SharedPrefixesInAFullPoolAllComplete) {
+  LLMEngineOptions eo;
+  eo.engine.max_context = 128;
+  eo.engine.kv_blocks = 12;  // 192 slots for 6 x ~45 tokens
+  eo.engine.prefix_caching = true;
+  eo.scheduler.max_sequences = 6;
+  LLMEngine engine(model_->weights, model_->tokenizer.get(), eo);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt(8 + i);
+    const std::vector<int32_t> again = prompt(8);
+    r.prompt.insert(r.prompt.end(), again.begin(), again.end());
+    r.max_tokens = 24;
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    streams.push_back(engine.add_request(std::move(r)));
+  }
+  while (engine.step()) {
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    int64_t tokens = 0;
+    std::string error;
+    while (auto e = streams[i]->pop(std::chrono::milliseconds(0))) {
+      tokens += static_cast<int64_t>(e->tokens.size());
+      error += e->error;
+    }
+    EXPECT_EQ(error, "") << "request " << i;
+    EXPECT_EQ(tokens, 24) << "request " << i;
+  }
+  EXPECT_GT(engine.metrics().preemptions_total, 0u);
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace ember

@@ -78,6 +78,7 @@ class SpeculativeEngine : public ::testing::Test {
       while (auto e = streams[i]->pop(std::chrono::milliseconds(0))) {
         out[i].tokens.insert(out[i].tokens.end(), e->tokens.begin(), e->tokens.end());
         if (e->finished) out[i].finish = finish_reason_name(e->finish_reason);
+        EXPECT_TRUE(e->error.empty()) << "request " << i << ": " << e->error;
       }
     }
     EXPECT_EQ(engine.kv().used_blocks(), 0);  // every block back, guesses' included
@@ -402,6 +403,36 @@ TEST_F(SpeculativeEngine, DraftSettingsAreChecked) {
   refused(both, "choose one proposer");
   EXPECT_THROW(check_draft_vocabulary(*m.tokenizer, *other.tokenizer), Error);
   EXPECT_NO_THROW(check_draft_vocabulary(*m.tokenizer, *m.tokenizer));
+}
+
+// A mixture of experts (the moe-zoo's files) in the engine as any model: 6 sequences batched with
+// prefix caching and a preempting pool, with prompt lookup and with an early-exit draft, give
+// the plain greedy tokens.
+TEST_F(SpeculativeEngine, MixturesOfExpertsAreExactUnderBatchingAndSpeculation) {
+  for (const char* name : {"mixtral", "qwen2moe", "olmoe"}) {
+    SCOPED_TRACE(name);
+    auto path = test::fixture(std::string("models/moe-zoo/") + name + ".gguf");
+    EMBER_REQUIRE_FIXTURE(path);
+    LoadOptions o;
+    o.path = path.string();
+    o.load_tokenizer = false;
+    const LoadedModel m = load_model(o);
+    const std::vector<int32_t> ids =
+        test::read_ids_file(test::fixture(std::string("models/moe-zoo/") + name + ".ids"));
+    std::vector<GenerationRequest> reqs;
+    for (size_t i = 0; i < 6; ++i) {
+      GenerationRequest r;
+      // A shared prefix (prefix cache) and repeated text (lookup's matches).
+      r.prompt.assign(ids.begin(), ids.begin() + 8 + static_cast<std::ptrdiff_t>(i));
+      r.prompt.insert(r.prompt.end(), ids.begin(), ids.begin() + 8);
+      r.max_tokens = 24;
+      r.sampling.temperature = 0;
+      r.ignore_eos = true;
+      reqs.push_back(std::move(r));
+    }
+    expect_exact(m, reqs, SpeculativeOptions{3, 4}, false, /*kv_blocks=*/12);
+    expect_exact(m, reqs, draft_options(nullptr, 1, 3), false, /*kv_blocks=*/12);
+  }
 }
 
 }  // namespace
