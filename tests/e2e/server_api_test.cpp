@@ -655,3 +655,36 @@ TEST_F(ServerApi, LoopbackRefusesForeignHostAndOrigin) {
 }
 
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// A mixture of experts serves like any model, and /metrics counts the tokens routed to each
+// expert: every token processed goes to 4 of OLMoE's 16 experts in each of its 2 layers.
+TEST(ServerMoe, MetricsCountTheTokensRoutedToEachExpert) {
+  const auto model = test::fixture("models/moe-zoo/olmoe.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  test::ServerProcess server("-m " + test::shell_quote(model.string()) + " -t 2");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  auto r = test::post_json(server.port(), "/v1/completions",
+                           {{"prompt", std::vector<int>{5, 6, 7, 8, 9}},
+                            {"max_tokens", 8},
+                            {"temperature", 0},
+                            {"ignore_eos", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto m = test::server_metrics(server.port());
+  double routed = 0;
+  int experts = 0;
+  for (const auto& [name, value] : m) {
+    if (name.rfind("ember_expert_routed_tokens_total{", 0) == 0) {
+      routed += value;
+      ++experts;
+    }
+  }
+  EXPECT_EQ(experts, 16);
+  // 5 prompt tokens and 7 decoded ones (the 8th is sampled, never run) x 4 experts x 2 layers.
+  EXPECT_EQ(routed, 12 * 4 * 2);
+}
+
+}  // namespace
+}  // namespace ember

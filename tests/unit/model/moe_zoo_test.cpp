@@ -120,7 +120,9 @@ std::string hf_expert_name(const std::string& arch, int64_t layer, int64_t exper
 // The zoo file rewritten as an HF checkpoint: config.json with the family's HF class and keys,
 // model.safetensors with HF's tensor names, each expert its own tensor, Mixtral's Q/K rows back in
 // HF's half-rotation order (llama.cpp's converter interleaved them).
-std::filesystem::path write_hf_checkpoint(const std::string& name) {
+// `experts_in_config`: the expert count config.json claims (0: the file's).
+std::filesystem::path write_hf_checkpoint(const std::string& name, int64_t experts_in_config = 0,
+                                          bool short_router = false) {
   const GgufFile gguf(zoo(name + ".gguf").string());
   const test::Bytes file = test::read_bytes(zoo(name + ".gguf"));
   const std::string arch = gguf.get_string("general.architecture");
@@ -139,13 +141,14 @@ std::filesystem::path write_hf_checkpoint(const std::string& name) {
                            {"num_experts_per_tok", gguf.get_int(a + "expert_used_count")},
                            {"tie_word_embeddings", gguf.find_tensor("output.weight") == nullptr}};
   const int64_t E = gguf.get_int(a + "expert_count");
+  const int64_t claimed = experts_in_config > 0 ? experts_in_config : E;
   if (arch == "llama") {
     config["architectures"] = {"MixtralForCausalLM"};
-    config["num_local_experts"] = E;
+    config["num_local_experts"] = claimed;
     config["intermediate_size"] = gguf.get_int(a + "feed_forward_length");
   } else {
     config["architectures"] = {arch == "olmoe" ? "OlmoeForCausalLM" : "Qwen2MoeForCausalLM"};
-    config["num_experts"] = E;
+    config["num_experts"] = claimed;
     config["intermediate_size"] = gguf.get_int(a + "feed_forward_length");
   }
   if (arch == "qwen2moe") {
@@ -172,6 +175,10 @@ std::filesystem::path write_hf_checkpoint(const std::string& name) {
         }
         v = hf;
       }
+      if (short_router && t.name.ends_with("ffn_gate_inp.weight")) {
+        shape[0] -= 1;  // a router row short of the expert count
+        v.resize(static_cast<size_t>(shape[0] * shape[1]));
+      }
       std::string hf = hf_dense_name(t.name, arch);
       if (arch == "llama" && t.name.ends_with("ffn_gate_inp.weight")) {
         hf.replace(hf.find("mlp.gate"), 8, "block_sparse_moe.gate");
@@ -190,7 +197,8 @@ std::filesystem::path write_hf_checkpoint(const std::string& name) {
                test::f32_bytes(std::vector<float>(v.begin() + e * per, v.begin() + (e + 1) * per)));
     }
   }
-  const auto dir = test::scratch_dir("moe-hf-" + name);
+  const auto dir = test::scratch_dir("moe-hf-" + name + std::to_string(claimed) +
+                                     (short_router ? "-short" : ""));
   std::ofstream(dir / "config.json") << config.dump(2);
   test::write_bytes(dir / "model.safetensors", w.build());
   return dir;
@@ -217,6 +225,28 @@ TEST(MoeZooHf, HfLayoutMatchesTheExactForwardPass) {
     std::printf("[ moe ] %-10s HF layout vs exact %.2e\n", name.c_str(), vs_exact);
     EXPECT_LE(vs_exact, kTolerance);
   }
+}
+
+// A router with a row short of the expert count, and a config claiming more experts than the
+// checkpoint holds: one error naming the file and the tensor.
+TEST(MoeZooHf, ExpertsInconsistentWithTheTensorsAreRefused) {
+  EMBER_REQUIRE_FIXTURE(zoo("qwen2moe.gguf"));
+  const auto expect_error = [](const std::filesystem::path& dir, const std::string& what) {
+    LoadOptions o;
+    o.path = dir.string();
+    o.load_tokenizer = false;
+    try {
+      load_model(o);
+      ADD_FAILURE() << "loaded; expected an error naming " << what;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(dir.string()), std::string::npos) << m;
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+    }
+  };
+  expect_error(write_hf_checkpoint("qwen2moe", 0, /*short_router=*/true),
+               "model.layers.0.mlp.gate.weight has shape [7, 128], expected [8, 128]");
+  expect_error(write_hf_checkpoint("qwen2moe", 9), "mlp.gate.weight has shape [8, 128]");
 }
 
 // The active bytes per token count k of the E experts of each layer, and the config reads the
