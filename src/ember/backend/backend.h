@@ -198,8 +198,8 @@ class Backend {
   // tokens routed to one expert).
   virtual void gather_rows(const float* x, int64_t D, std::span<const int32_t> rows,
                            float* out) = 0;
-  // y[rows[r]] += scales[r] * x[r]: x [rows.size(), D] -> y [*, D] (an expert's outputs added into
-  // its tokens' rows with their router weights). `rows` has no repeats.
+  // y[rows[r]] += scales[r] * x[r] in order of r: x [rows.size(), D] -> y [*, D] (an expert's
+  // outputs added into its tokens' rows with their router weights; a row may repeat).
   virtual void scatter_add_rows(const float* x, int64_t D, std::span<const int32_t> rows,
                                 std::span<const float> scales, float* y) = 0;
   // x = 0, [rows, n].

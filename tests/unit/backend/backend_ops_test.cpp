@@ -144,6 +144,26 @@ TEST_P(BackendOps, MatmulMatchesExactProductForEveryDtypeAndTokenCount) {
 
 // A residual add right after a matmul (the decoder's o_proj / down_proj + residual): cuda folds
 // the add into its matvec; both the product and the sum must stay what the reference computes.
+// The mixture-of-experts ops: zero(), then each expert's outputs added into its tokens' rows with
+// their router weights (rows repeating: a token's k experts).
+TEST_P(BackendOps, ZeroAndScatterAddRowsMatchTheirDefinition) {
+  Device dev(GetParam());
+  if (GetParam() == "cuda") GTEST_SKIP() << "the cuda backend refuses mixtures (make_model)";
+  // y[rows[r]] += s[r] * x[r], after zero().
+  const int64_t D = 5;
+  const std::vector<int32_t> rows = {2, 0, 2, 1, 0};
+  const std::vector<float> scales = {0.5f, 2.0f, -1.0f, 1.0f, 0.25f};
+  const std::vector<float> x = random_floats(5 * D, 77);
+  float* dy = dev.put(random_floats(3 * D, 78));
+  dev.backend->zero(dy, 3, D);
+  dev.backend->scatter_add_rows(dev.put(x), D, rows, scales, dy);
+  std::vector<float> want(3 * D, 0.0f);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int64_t i = 0; i < D; ++i) want[rows[r] * D + i] += scales[r] * x[r * D + i];
+  }
+  EXPECT_LE(relative_error(dev.get(dy, 3 * D), want), 1e-6);
+}
+
 TEST_P(BackendOps, MatmulThenResidualAddMatchesReference) {
   Device dev(GetParam());
   Device ref("reference");
