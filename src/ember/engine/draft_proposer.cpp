@@ -13,7 +13,15 @@ namespace {
 // Unread tokens one draft step reads of a sequence (a new sequence's prompt is read in chunks).
 constexpr int64_t kMaxChunk = 256;
 
-ModelWeights cut_to_layers(const ModelWeights& draft, int64_t layers) {
+// The draft's weights as the proposer runs them: checked against the target's vocabulary first
+// (before its KV cache is sized), then cut to `layers` layers for an early exit.
+ModelWeights draft_view(const ModelWeights& draft, int64_t layers, int64_t target_vocab) {
+  if (draft.config.vocab_size != target_vocab) {
+    throw Error::invalid_request(
+        "--draft", "the draft model's vocabulary has " + std::to_string(draft.config.vocab_size) +
+                       " tokens, the model's " + std::to_string(target_vocab) +
+                       ": a draft must share the vocabulary");
+  }
   ModelWeights w = draft;  // a view: the matrices stay where the draft's backend keeps them
   if (layers <= 0) return w;
   if (layers >= draft.config.n_layers) {
@@ -39,16 +47,9 @@ EngineOptions draft_kv_options(const EngineOptions& target, int64_t n_blocks) {
 
 DraftProposer::DraftProposer(const ModelWeights& draft, int64_t layers, const EngineOptions& kv,
                              int64_t n_blocks, int64_t target_vocab)
-    : weights_(cut_to_layers(draft, layers)),
+    : weights_(draft_view(draft, layers, target_vocab)),
       runner_(weights_, draft_kv_options(kv, n_blocks)),
-      blocks_(n_blocks, kv.block_size, /*prefix_caching=*/false) {
-  if (weights_.config.vocab_size != target_vocab) {
-    throw Error::invalid_request(
-        "--draft", "the draft model's vocabulary has " +
-                       std::to_string(weights_.config.vocab_size) + " tokens, the model's " +
-                       std::to_string(target_vocab) + ": a draft must share the vocabulary");
-  }
-}
+      blocks_(n_blocks, kv.block_size, /*prefix_caching=*/false) {}
 
 void DraftProposer::forget(int64_t sequence_id) {
   auto it = caches_.find(sequence_id);

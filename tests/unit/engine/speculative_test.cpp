@@ -165,6 +165,7 @@ TEST_F(SpeculativeEngine, GreedyAndSeededSamplingAreExactOnStories260K) {
   }
 }
 
+// Prompt lookup and an early-exit draft on the SmolLM2-shaped dummy.
 TEST_F(SpeculativeEngine, GreedyIsExactOnTheSmolLM2ShapedDummy) {
   auto config = test::fixture("models/smollm2-135m-instruct");
   EMBER_REQUIRE_FIXTURE(config);
@@ -173,6 +174,10 @@ TEST_F(SpeculativeEngine, GreedyIsExactOnTheSmolLM2ShapedDummy) {
       request(m, "The quick brown fox jumps over the lazy dog. The quick brown fox", 24, 0, 1),
       request(m, "1 2 3 4 5 6 7 8 9 10 1 2 3", 16, 0, 2)};
   expect_exact(m, reqs, 3, 5, true);
+  // An early-exit draft (20 of its 30 layers) on the same model.
+  reqs[0].max_tokens = 12;
+  reqs[1].max_tokens = 8;
+  expect_exact(m, reqs, draft_options(nullptr, 20, 4), false);
 }
 
 TEST_F(SpeculativeEngine, SettingsAreChecked) {
@@ -368,23 +373,13 @@ TEST_F(SpeculativeEngine, SampledDraftGuessesKeepTheModelsDistribution) {
   }
 }
 
-TEST_F(SpeculativeEngine, EarlyExitDraftIsExactOnTheSmolLM2ShapedDummy) {
-  auto config = test::fixture("models/smollm2-135m-instruct");
-  EMBER_REQUIRE_FIXTURE(config);
-  const LoadedModel m = load(config.string(), true);
-  std::vector<GenerationRequest> reqs = {
-      request(m, "The quick brown fox jumps over the lazy dog. The quick brown fox", 12, 0, 1),
-      request(m, "1 2 3 4 5 6 7 8 9 10 1 2 3", 8, 0, 2)};
-  expect_exact(m, reqs, draft_options(nullptr, 20, 4), false);
-}
-
 TEST_F(SpeculativeEngine, DraftSettingsAreChecked) {
   auto path = test::fixture("models/stories260K/stories260K.gguf");
-  auto config = test::fixture("models/smollm2-135m-instruct");
+  auto gpt2 = test::fixture("models/family-zoo/gpt2.gguf");  // GPT-2's 50257-token vocabulary
   EMBER_REQUIRE_FIXTURE(path);
-  EMBER_REQUIRE_FIXTURE(config);
+  EMBER_REQUIRE_FIXTURE(gpt2);
   const LoadedModel m = load(path.string(), false);
-  const LoadedModel other = load(config.string(), true);
+  const LoadedModel other = load(gpt2.string(), false);
   const auto refused = [&](const SpeculativeOptions& spec, const std::string& field) {
     LLMEngineOptions eo;
     eo.speculative = spec;
@@ -395,7 +390,7 @@ TEST_F(SpeculativeEngine, DraftSettingsAreChecked) {
       EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
     }
   };
-  refused(draft_options(&other.weights, 0, 5), "vocabulary");  // 49152 tokens against 512
+  refused(draft_options(&other.weights, 0, 5), "vocabulary");  // 50257 tokens against 512
   refused(draft_options(nullptr, 5, 5), "--draft-layers");     // all 5 layers: no early exit
   refused(draft_options(nullptr, -1, 5), "--draft-layers");
   SpeculativeOptions both = draft_options(nullptr, 2, 5);
