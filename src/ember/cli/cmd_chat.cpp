@@ -31,7 +31,8 @@ struct ChatOptions {
 // One turn: the reply, streamed to stdout; returns it and prints the turn's stats to stderr.
 std::string chat_turn(LLMEngine& engine, const Tokenizer& tok, const ChatTemplate& chat_template,
                       const std::vector<ChatMessage>& messages, const ChatOptions& o, int turn) {
-  std::vector<int32_t> ids = encode_chat_prompt(tok, chat_template.format(messages, true));
+  std::vector<int32_t> ids =
+      encode_chat_prompt(tok, chat_template.format(messages, chat_context_for(tok)));
   GenerationRequest req;
   req.prompt = ids;
   req.sampling = o.sampling.params();
@@ -79,10 +80,8 @@ std::string chat_turn(LLMEngine& engine, const Tokenizer& tok, const ChatTemplat
 int chat_command(const ChatOptions& o) {
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
   const Tokenizer& tok = *model.tokenizer;
-  ChatTemplate chat_template = o.template_name.empty()
-                                   ? ChatTemplate::detect(find_chat_template_source(
-                                         model.checkpoint.path, model.checkpoint.gguf.get()))
-                                   : ChatTemplate::from_name(o.template_name);
+  ChatTemplate chat_template =
+      ChatTemplate::resolve(o.template_name, model.checkpoint.path, model.checkpoint.gguf.get());
   const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
   LLMEngineOptions eo = o.model.engine_options(draft.get());
   eo.scheduler.max_batched_tokens = 4096;
@@ -120,7 +119,8 @@ Command add_chat_command(CLI::App& app) {
   o->sampling.add_to(*cmd);
   cmd->add_option("--system", o->system, "System message");
   cmd->add_option("--chat-template", o->template_name,
-                  "Force a template: chatml, llama3, llama2, gemma, phi3, plain");
+                  "A Jinja template file, or a built-in format: chatml, llama3, llama2, gemma, "
+                  "phi3, plain (default: the model's own template)");
   cmd->add_option("-n,--n-predict", o->n_predict, "Maximum tokens per reply")
       ->capture_default_str();
   return [o] { return chat_command(*o); };

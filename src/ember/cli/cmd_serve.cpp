@@ -176,9 +176,9 @@ int serve_command(const ServeOptions& o) {
   if (o.block_size < 1) throw Error("--block-size must be at least 1");
   if (o.max_waiting < 0) throw Error("--max-waiting must not be negative");
   const std::string api_key = resolve_api_key(o);  // a bad key file fails before the model loads
-  // Resolve the chat template name before the (possibly slow) model load so typos fail fast.
+  // Resolve a forced chat template before the (possibly slow) model load so typos fail fast.
   std::optional<ChatTemplate> forced;
-  if (!o.chat_template.empty()) forced = ChatTemplate::from_name(o.chat_template);
+  if (!o.chat_template.empty()) forced = ChatTemplate::resolve(o.chat_template, "", nullptr);
 
   // SIGINT/SIGTERM are taken by a dedicated thread (sigwait), so every other thread, created
   // after this point (the backend's thread pool at load included), inherits a mask with them
@@ -192,9 +192,9 @@ int serve_command(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
-  ChatTemplate chat = forced ? *forced
-                             : ChatTemplate::detect(find_chat_template_source(
-                                   model.checkpoint.path, model.checkpoint.gguf.get()));
+  ChatTemplate chat =
+      forced ? *forced
+             : ChatTemplate::resolve("", model.checkpoint.path, model.checkpoint.gguf.get());
 
   AsyncEngineOptions so;
   const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
@@ -292,7 +292,8 @@ Command add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option(
       "--chat-template", o->chat_template,
-      "chatml, llama3, llama2, gemma, phi3 or plain (default: recognised from the model)");
+      "A Jinja template file, or a built-in format: chatml, llama3, llama2, gemma, phi3, plain "
+      "(default: the model's own template)");
   cmd->add_option("--model-name", o->model_name,
                   "Model id reported by /v1/models (default: file name)");
   cmd->add_option("--api-key", o->api_key,

@@ -19,5 +19,6 @@ Command add_serve_command(CLI::App& app);
 Command add_tokenize_command(CLI::App& app);
 Command add_chat_command(CLI::App& app);
 Command add_quantize_command(CLI::App& app);
+Command add_template_command(CLI::App& app);
 
 }  // namespace ember::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       {"score", ember::cli::add_score_command(app)},
       {"bench", ember::cli::add_bench_command(app)},
       {"quantize", ember::cli::add_quantize_command(app)},
+      {"template", ember::cli::add_template_command(app)},
   };
   try {
     app.parse(argc, argv);

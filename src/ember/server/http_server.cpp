@@ -259,6 +259,14 @@ void HttpServer::route() {
   http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_json(res, handle_detokenize(tokenizer_, req.body));
   });
+  // llama.cpp's /apply-template: a chat request body -> {"prompt": the rendered text}.
+  http_->Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    auto parsed = parse_request(Endpoint::ChatCompletions, req.body);
+    if (auto* e = std::get_if<Error>(&parsed)) throw *e;
+    const ChatTemplateContext spelling = chat_context_for(tokenizer_);
+    send_json(res, json{{"prompt", render_chat(std::get<ApiRequest>(parsed))
+                                       .render(spelling.bos_token, spelling.eos_token)}});
+  });
   http_->Get("/v1/models",
              [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -344,6 +352,18 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
   }
 }
 
+ChatPrompt HttpServer::render_chat(const ApiRequest& api) const {
+  try {
+    ChatTemplateContext context = chat_context_for(tokenizer_);
+    context.tools = api.tools;
+    context.kwargs = api.chat_template_kwargs;
+    return chat_template_.format(api.messages, context);
+  } catch (const Error& e) {
+    if (!e.field().empty()) throw;
+    throw Error::invalid_request("messages", e.what());  // the template refused the conversation
+  }
+}
+
 std::vector<int32_t> HttpServer::tokenize_prompt(const ApiRequest& api) const {
   // A prompt with more bytes than max_piece_bytes x context cannot fit whatever it tokenizes
   // to, so huge prompts are refused before spending time on them.
@@ -355,11 +375,7 @@ std::vector<int32_t> HttpServer::tokenize_prompt(const ApiRequest& api) const {
     uint64_t bytes = 0;
     for (const ChatMessage& m : api.messages) bytes += m.content.size();
     if (bytes > byte_limit) throw too_long("messages", "the messages exceed " + context);
-    try {
-      return encode_chat_prompt(tokenizer_, chat_template_.format(api.messages));
-    } catch (const Error& e) {
-      throw Error::invalid_request("messages", e.what());
-    }
+    return encode_chat_prompt(tokenizer_, render_chat(api));
   }
   if (api.prompt_is_ids) return api.prompt_ids;
   if (api.prompt_text.size() > byte_limit) {

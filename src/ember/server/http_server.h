@@ -76,6 +76,9 @@ class HttpServer {
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   // The prompt as token ids; refuses (throws) prompts that cannot fit the context.
   std::vector<int32_t> tokenize_prompt(const ApiRequest& api) const;
+  // A chat request's conversation through the chat template (tools, chat_template_kwargs and the
+  // tokenizer's BOS/EOS spelling passed as transformers passes them).
+  ChatPrompt render_chat(const ApiRequest& api) const;
   // The request's max_tokens, or the default; throws when prompt + completion exceed the context.
   // Hands the request to the engine; a refusal comes back as a thrown Error.
   std::shared_ptr<Relay> submit(ApiRequest api, std::vector<int32_t> prompt);

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "ember/server/chat_messages.h"
 #include "ember/tokenizer/tokenizer.h"
 
 namespace ember::server {
@@ -82,53 +83,6 @@ std::vector<std::string> get_stop(const json& body) {
   }
   std::erase_if(stops, [](const std::string& s) { return s.empty(); });
   return stops;
-}
-
-// Message content: a string, null (an assistant turn with no text), or an array of content parts
-// of which only {"type": "text", "text": ...} carry anything ember can use.
-std::string message_content(const json& m, size_t index) {
-  std::string param = "messages[" + std::to_string(index) + "].content";
-  auto it = m.find("content");
-  if (it == m.end() || it->is_null()) return {};
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_array()) {
-    std::string text;
-    for (const json& part : *it) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string()) {
-        throw Error::invalid_request(param, "only text content parts are supported");
-      }
-      text += part["text"].get<std::string>();
-    }
-    return text;
-  }
-  throw Error::invalid_request(param, "'content' must be a string or an array of text parts");
-}
-
-std::vector<ChatMessage> get_messages(const json& body) {
-  const json* v = field(body, "messages");
-  if (v == nullptr) throw Error::invalid_request("messages", "'messages' is required");
-  if (!v->is_array()) throw Error::invalid_request("messages", "'messages' must be an array");
-  if (v->empty()) throw Error::invalid_request("messages", "'messages' must not be empty");
-  std::vector<ChatMessage> out;
-  for (size_t i = 0; i < v->size(); ++i) {
-    const json& m = (*v)[i];
-    std::string param = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw Error::invalid_request(param, "each message must be an object");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) {
-      throw Error::invalid_request(param + ".role", "each message needs a string 'role'");
-    }
-    std::string r = role->get<std::string>();
-    if (r == "developer") r = "system";  // OpenAI's newer name for the system turn
-    if (r != "system" && r != "user" && r != "assistant") {
-      throw Error::invalid_request(param + ".role",
-                                   "unknown role '" + role->get<std::string>() +
-                                       "' (expected system, developer, user or assistant)");
-    }
-    out.push_back({r, message_content(m, i)});
-  }
-  return out;
 }
 
 void get_prompt(const json& body, ApiRequest& req) {
@@ -302,7 +256,7 @@ void refuse_unhandled_fields(Endpoint endpoint, const json& body) {
                                                "speculative",
                                                "user"};
   static const std::set<std::string> completions = {"prompt", "echo", "best_of"};
-  static const std::set<std::string> chat = {"messages", "top_logprobs"};
+  static const std::set<std::string> chat = {"messages", "top_logprobs", "chat_template_kwargs"};
   static const std::set<std::string> not_yet = {"tools",
                                                 "tool_choice",
                                                 "functions",
@@ -330,7 +284,8 @@ void refuse_unhandled_fields(Endpoint endpoint, const json& body) {
   }
 }
 
-ApiRequest parse_object(Endpoint endpoint, const json& body) {
+ApiRequest parse_object(Endpoint endpoint, const json& body,
+                        const nlohmann::ordered_json* ordered) {
   ApiRequest req;
   req.endpoint = endpoint;
   if (const json* m = field(body, "model")) {
@@ -344,7 +299,15 @@ ApiRequest parse_object(Endpoint endpoint, const json& body) {
       throw Error::invalid_request("best_of", "'best_of' must be 1");
     }
   } else {
-    req.messages = get_messages(body);
+    req.messages = parse_chat_messages(*ordered);
+    if (const json* kw = field(body, "chat_template_kwargs")) {
+      if (!kw->is_object()) {
+        throw Error::invalid_request("chat_template_kwargs",
+                                     "'chat_template_kwargs' must be an object");
+      }
+      req.chat_template_kwargs =
+          std::make_shared<const nlohmann::ordered_json>(ordered->at("chat_template_kwargs"));
+    }
   }
   if (auto n = get_int(body, "n")) {
     if (*n < 1 || *n > 16) throw Error::invalid_request("n", "'n' must be between 1 and 16");
@@ -475,7 +438,11 @@ std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_vie
   if (j.is_discarded()) return Error::invalid_request("", "the request body is not valid JSON");
   if (!j.is_object()) return Error::invalid_request("", "the request body must be a JSON object");
   try {
-    return parse_object(endpoint, j);
+    // Chat messages are read in the client's key order (tool-call arguments render with tojson).
+    nlohmann::ordered_json ordered;
+    if (endpoint == Endpoint::ChatCompletions)
+      ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
+    return parse_object(endpoint, j, &ordered);
   } catch (const Error& e) {
     return e;
   } catch (const json::exception& e) {

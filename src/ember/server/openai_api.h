@@ -40,6 +40,10 @@ struct ApiRequest {
   std::vector<int32_t> echo_tokens;
   bool echo_after_bos = false;
   std::vector<ChatMessage> messages;  // chat
+  // chat: chat_template_kwargs (vLLM's extension: extra template variables such as
+  // enable_thinking) and tools; null when absent.
+  std::shared_ptr<const nlohmann::ordered_json> chat_template_kwargs;
+  std::shared_ptr<const nlohmann::ordered_json> tools;
   std::optional<int64_t> max_tokens;  // absent: the server picks min(256, what fits)
   int64_t n = 1;                      // choices; choice i samples with seed + i
   GenerationRequest generation;       // sampling, stop, penalties, logprobs, ignore_eos

@@ -265,12 +265,28 @@ const char* ChatTemplate::name() const {
       return "phi3";
     case ChatTemplateKind::Plain:
       return "plain";
+    case ChatTemplateKind::Jinja:
+      return "jinja";
   }
   return "plain";
 }
 
 ChatPrompt ChatTemplate::format(std::span<const ChatMessage> messages,
                                 bool add_generation_prompt) const {
+  ChatTemplateContext context;
+  context.add_generation_prompt = add_generation_prompt;
+  return format(messages, context);
+}
+
+ChatPrompt ChatTemplate::format(std::span<const ChatMessage> messages,
+                                const ChatTemplateContext& context) const {
+  if (kind_ == ChatTemplateKind::Jinja) return format_jinja(messages, context);
+  if (context.tools) {
+    throw Error::invalid_request("tools", std::string("the built-in '") + name() +
+                                              "' chat format cannot present tools; the model "
+                                              "needs a Jinja chat template that does");
+  }
+  const bool add_generation_prompt = context.add_generation_prompt;
   for (const ChatMessage& m : messages) {
     if (!known_role(m.role)) {
       throw Error("unknown chat role '" + m.role + "' (expected system, user or assistant)");
@@ -288,6 +304,7 @@ ChatPrompt ChatTemplate::format(std::span<const ChatMessage> messages,
     case ChatTemplateKind::Phi3:
       return format_phi3(messages, add_generation_prompt);
     case ChatTemplateKind::Plain:
+    case ChatTemplateKind::Jinja:
       return format_plain(messages);
   }
   return format_plain(messages);
@@ -320,9 +337,12 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatPr
   return ids;
 }
 
-std::string find_chat_template_source(const std::string& model_path, const GgufFile* gguf) {
+std::string find_chat_template_source(const std::string& model_path, const GgufFile* gguf,
+                                      const std::string& variant) {
+  const bool is_default = variant == "default";
   if (gguf != nullptr) {
-    const GgufValue* v = gguf->find("tokenizer.chat_template");
+    const GgufValue* v =
+        gguf->find(is_default ? "tokenizer.chat_template" : "tokenizer.chat_template." + variant);
     if (v != nullptr && v->type == GgufType::String) return v->string_value;
     return {};
   }
@@ -337,11 +357,11 @@ std::string find_chat_template_source(const std::string& model_path, const GgufF
         nlohmann::json::parse(read_text(config), nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("chat_template")) {
       const nlohmann::json& t = j["chat_template"];
-      if (t.is_string()) return t.get<std::string>();
+      if (t.is_string()) return is_default ? t.get<std::string>() : std::string();
       // Newer HF configs store named templates: [{"name": "default", "template": "..."}, ...].
       if (t.is_array()) {
         for (const nlohmann::json& e : t) {
-          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+          if (e.is_object() && e.value("name", "") == variant && e.contains("template") &&
               e["template"].is_string()) {
             return e["template"].get<std::string>();
           }
@@ -349,7 +369,8 @@ std::string find_chat_template_source(const std::string& model_path, const GgufF
       }
     }
   }
-  fs::path jinja = dir / "chat_template.jinja";
+  fs::path jinja =
+      dir / (is_default ? "chat_template.jinja" : "chat_template_" + variant + ".jinja");
   if (fs::exists(jinja, ec)) return read_text(jinja);
   return {};
 }

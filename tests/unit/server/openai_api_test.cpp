@@ -83,6 +83,46 @@ TEST(ServerOpenAIApi, ParsesChatMessages) {
   EXPECT_EQ(r.generation.logprobs, 2);
 }
 
+TEST(ServerOpenAIApi, ToolMessagesReachTheTemplateInOrder) {
+  ApiRequest r = expect_ok(Endpoint::ChatCompletions, R"({"messages": [
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": null, "refusal": null, "tool_calls": [{"id": "c1",
+      "type": "function", "function": {"name": "get", "arguments": "{\"z\": 1, \"a\": [2]}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "name": "get", "content": "sunny"}],
+    "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_TRUE(r.messages[1].extra);
+  // arguments decoded into an object, keys in the client's order (tojson prints them so).
+  EXPECT_EQ(
+      r.messages[1].extra->dump(),
+      R"({"tool_calls":[{"id":"c1","type":"function","function":{"name":"get","arguments":{"z":1,"a":[2]}}}]})");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].extra->dump(), R"({"tool_call_id":"c1","name":"get"})");
+  ASSERT_TRUE(r.chat_template_kwargs);
+  EXPECT_EQ(r.chat_template_kwargs->dump(), R"({"enable_thinking":false})");
+  EXPECT_FALSE(r.messages[0].extra);
+}
+
+TEST(ServerOpenAIApi, RejectsBadToolMessages) {
+  auto chat = Endpoint::ChatCompletions;
+  expect_error(chat, R"({"messages": [{"role": "tool", "content": "x"}]})",
+               "messages[0].tool_call_id");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": "x", "audio": {}}]})",
+               "messages[0].audio");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})",
+               "messages[0].tool_calls");
+  expect_error(
+      chat,
+      R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "not json"}}]}]})",
+      "messages[0].tool_calls[0].function.arguments");
+  expect_error(chat,
+               R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function"}]}]})",
+               "messages[0].tool_calls[0]");
+  expect_error(chat,
+               R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 1})",
+               "chat_template_kwargs");
+}
+
 TEST(ServerOpenAIApi, RejectsBadRequestsNamingTheParameter) {
   auto c = Endpoint::Completions, chat = Endpoint::ChatCompletions;
   expect_error(c, "{", "");
