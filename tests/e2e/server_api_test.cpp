@@ -486,8 +486,10 @@ TEST_F(ServerApi, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
   expect_error(test::post_json(port_, chat, {{"prompt", "a"}}), 400, "messages");
   // Fields ember does not handle are refused by name, never ignored; null asks for nothing.
   const json hi = json::array({{{"role", "user"}, {"content", "hi"}}});
-  expect_error(test::post_json(port_, chat, {{"messages", hi}, {"tools", json::array()}}), 400,
+  expect_error(test::post_json(port_, chat, {{"messages", hi}, {"tools", json::object()}}), 400,
                "tools");
+  expect_error(test::post_json(port_, chat, {{"messages", hi}, {"functions", json::array()}}), 400,
+               "functions");
   expect_error(test::post_json(port_, chat,
                                {{"messages", hi}, {"response_format", {{"type", "json_object"}}}}),
                400, "response_format");

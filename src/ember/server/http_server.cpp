@@ -10,22 +10,13 @@
 
 #include "ember/core/error.h"
 #include "ember/server/error_response.h"
+#include "ember/server/relay.h"
 #include "ember/server/tokenize_api.h"
 
 namespace ember::server {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-
-// Counts a request as in flight for as long as it (or its stream) lives, so shutdown() can wait
-// for streams still being written after their handler returned.
-struct ActiveRequest {
-  explicit ActiveRequest(HttpServer* s) : server(s) { server->active_.fetch_add(1); }
-  ~ActiveRequest() { server->active_.fetch_sub(1); }
-  ActiveRequest(const ActiveRequest&) = delete;
-  ActiveRequest& operator=(const ActiveRequest&) = delete;
-  HttpServer* server;
-};
 
 namespace {
 
@@ -60,10 +51,6 @@ Error too_long(const std::string& field, const std::string& message) {
   return Error::invalid_request(field, message).with_reason("context_length_exceeded");
 }
 
-Error shutting_down(const std::string& message) {
-  return Error(ErrorKind::Unavailable, message).with_reason("shutting_down");
-}
-
 // Errors httplib raises before (or instead of) a handler: an unmatched route, a body over the
 // size limit, a malformed HTTP request.
 Error transport_error(const httplib::Request& req, int status) {
@@ -81,60 +68,12 @@ Error transport_error(const httplib::Request& req, int status) {
 
 }  // namespace
 
-// One choice of a response: its engine stream and what it has produced so far.
-struct Choice {
-  std::shared_ptr<RequestStream> stream;
-  Completion acc;
-  std::optional<StreamEvent> held;  // popped early (the wait for choice 0's prefill), not yet used
-  bool done = false;
-
-  std::optional<StreamEvent> pop(std::chrono::milliseconds timeout) {
-    if (held) {
-      std::optional<StreamEvent> e = std::move(held);
-      held.reset();
-      return e;
-    }
-    return stream->pop(timeout);
-  }
-
-  // Folds one event into `acc`; returns its text.
-  std::string absorb(StreamEvent& e) {
-    std::string text = std::move(e.text);
-    acc.text += text;
-    acc.tokens.insert(acc.tokens.end(), e.tokens.begin(), e.tokens.end());
-    acc.logprobs.insert(acc.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-    acc.prompt_logprobs.insert(acc.prompt_logprobs.end(), e.prompt_logprobs.begin(),
-                               e.prompt_logprobs.end());
-    if (e.finished) {
-      acc.finish_reason = e.finish_reason;
-      acc.prompt_tokens = e.prompt_tokens;
-      acc.completion_tokens = e.completion_tokens;
-      acc.cached_prompt_tokens = e.cached_prompt_tokens;
-    }
-    return text;
-  }
-};
-
-// One response: its n choices (n > 1: choice i samples with seed + i) and how far the stream got.
-struct Relay {
-  ApiRequest api;
-  ResponseMeta meta;
-  std::vector<Choice> choices;
-  std::shared_ptr<ActiveRequest> active;
-  bool started = false;
-  bool echo_sent = false;  // streamed echo: the prompt chunks went out
-  bool done = false;
-
-  void cancel() {
-    for (Choice& c : choices) c.stream->cancel();
-  }
-};
-
 HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
                        ServerOptions options)
     : engine_(engine),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
+      tool_format_(tool_call_format_for_template(chat_template_.source())),
       options_(std::move(options)),
       http_(std::make_unique<BacklogServer>()),
       created_(static_cast<int64_t>(std::time(nullptr))) {
@@ -339,6 +278,12 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
     auto parsed = parse_request(endpoint, http_req.body);
     if (auto* e = std::get_if<Error>(&parsed)) throw *e;
     ApiRequest api = std::move(std::get<ApiRequest>(parsed));
+    api.tool_format = tool_format_;
+    if (api.tools.choice == ToolChoice::Required || api.tools.choice == ToolChoice::Named) {
+      throw Error::invalid_request("tool_choice",
+                                   "'tool_choice' required / a named function needs constrained "
+                                   "decoding, which ember does not have yet; use 'auto'");
+    }
     std::vector<int32_t> prompt = tokenize_prompt(api);
     std::shared_ptr<Relay> relay = submit(std::move(api), std::move(prompt));
     relay->active = std::move(active);
@@ -355,7 +300,7 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
 ChatPrompt HttpServer::render_chat(const ApiRequest& api) const {
   try {
     ChatTemplateContext context = chat_context_for(tokenizer_);
-    context.tools = api.tools;
+    context.tools = api.tools.tools;
     context.kwargs = api.chat_template_kwargs;
     return chat_template_.format(api.messages, context);
   } catch (const Error& e) {
@@ -431,120 +376,6 @@ std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> p
   relay->meta = ResponseMeta{id, static_cast<int64_t>(std::time(nullptr)), options_.model_id};
   relay->api = std::move(api);
   return relay;
-}
-
-void HttpServer::respond_whole(Relay& relay, httplib::Response& res) const {
-  std::vector<Completion> results;
-  for (Choice& choice : relay.choices) {
-    while (!choice.done) {
-      std::optional<StreamEvent> e = choice.pop(1000ms);
-      if (!e) continue;
-      choice.absorb(*e);
-      choice.done = e->finished;
-      if (e->finished && e->finish_reason == FinishReason::Error) {
-        relay.cancel();
-        throw Error(ErrorKind::Internal, e->error);
-      }
-      if (e->finished && e->finish_reason == FinishReason::Cancelled) {
-        relay.cancel();
-        throw shutting_down("the request was cancelled: the server is shutting down");
-      }
-    }
-    results.push_back(choice.acc);
-  }
-  relay.done = true;
-  send_json(res, completion_response(relay.api, relay.meta, results, tokenizer_));
-}
-
-void HttpServer::respond_stream(const std::shared_ptr<Relay>& relay, httplib::Response& res) const {
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, relay](size_t /*offset*/, httplib::DataSink& sink) {
-        std::string out = next_events(*relay);
-        // A failed write is how a vanished client shows itself: stop generating for it.
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          relay->cancel();
-          return false;
-        }
-        if (relay->done) sink.done();
-        return true;
-      },
-      [relay](bool success) {
-        if (!success || !relay->done) relay->cancel();
-      });
-}
-
-std::string HttpServer::next_events(Relay& relay) const {
-  std::string out;
-  if (!relay.started) {
-    relay.started = true;
-    if (relay.api.endpoint == Endpoint::ChatCompletions) {
-      for (size_t i = 0; i < relay.choices.size(); ++i) {
-        out += chat_role_chunk(relay.api, relay.meta, static_cast<int64_t>(i));
-      }
-    }
-  }
-  if (relay.api.echo && !relay.echo_sent) {
-    // Echo goes first, once choice 0's prompt logprobs are complete: they arrive in events
-    // without tokens ahead of its first token (or its end); that event is held for the loop below.
-    Choice& first = relay.choices[0];
-    while (true) {
-      std::optional<StreamEvent> e = first.pop(100ms);
-      if (!e) return out;
-      if (!e->tokens.empty() || e->finished) {
-        first.held = std::move(e);
-        break;
-      }
-      first.absorb(*e);
-    }
-    for (size_t i = 0; i < relay.choices.size(); ++i) {
-      out += echo_chunk(relay.api, relay.meta, first.acc.prompt_logprobs, tokenizer_,
-                        static_cast<int64_t>(i));
-    }
-    relay.echo_sent = true;
-  }
-  // Text offsets of the generated tokens count the echoed prompt before them.
-  const auto echo_bytes =
-      relay.api.echo ? static_cast<int64_t>(echo_text(relay.api, tokenizer_).size()) : 0;
-  // Wait briefly for the next event of the first unfinished choice, then take whatever else is
-  // already queued, so one write carries every token the engine produced since the last one.
-  for (size_t i = 0; i < relay.choices.size(); ++i) {
-    Choice& choice = relay.choices[i];
-    const auto index = static_cast<int64_t>(i);
-    if (choice.done) continue;
-    std::optional<StreamEvent> e = choice.pop(out.empty() ? 100ms : 0ms);
-    while (e) {
-      int64_t offset = echo_bytes + static_cast<int64_t>(choice.acc.text.size());
-      std::string text = choice.absorb(*e);
-      if (!text.empty() || !e->logprobs.empty()) {
-        out += delta_chunk(relay.api, relay.meta, text, e->logprobs, tokenizer_, offset, index);
-      }
-      if (e->finished) {
-        choice.done = true;
-        if (e->finish_reason == FinishReason::Error) {
-          // The status line is long gone: the error travels as an event in the same JSON shape.
-          out += sse_data(to_openai_error(Error(ErrorKind::Internal, e->error)).body);
-        } else {
-          out += finish_chunk(relay.api, relay.meta, e->finish_reason, index);
-        }
-        break;
-      }
-      e = choice.pop(0ms);
-    }
-  }
-  if (std::all_of(relay.choices.begin(), relay.choices.end(),
-                  [](const Choice& c) { return c.done; })) {
-    relay.done = true;
-    if (relay.api.include_usage) {
-      std::vector<Completion> accs;
-      for (const Choice& c : relay.choices) accs.push_back(c.acc);
-      out += usage_chunk(relay.api, relay.meta, total_usage(accs));
-    }
-    out += sse_done();
-  }
-  return out;
 }
 
 int HttpServer::bind() {

@@ -27,6 +27,7 @@ class Response;
 namespace ember::server {
 
 struct Relay;
+struct Choice;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -79,6 +80,7 @@ class HttpServer {
   // A chat request's conversation through the chat template (tools, chat_template_kwargs and the
   // tokenizer's BOS/EOS spelling passed as transformers passes them).
   ChatPrompt render_chat(const ApiRequest& api) const;
+  std::string finish_stream_choice(Relay& relay, Choice& choice, int64_t index) const;
   // The request's max_tokens, or the default; throws when prompt + completion exceed the context.
   // Hands the request to the engine; a refusal comes back as a thrown Error.
   std::shared_ptr<Relay> submit(ApiRequest api, std::vector<int32_t> prompt);
@@ -93,6 +95,7 @@ class HttpServer {
   AsyncEngine& engine_;
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
+  ToolCallFormat tool_format_;  // how this model writes tool calls (from its template)
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
   size_t max_piece_bytes_ = 1;  // longest token's bytes: bounds tokens-per-byte for a quick check

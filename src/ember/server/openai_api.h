@@ -13,6 +13,7 @@
 
 #include "ember/core/error.h"
 #include "ember/engine/request.h"
+#include "ember/server/tool_calls.h"
 #include "ember/tokenizer/chat_template.h"
 
 namespace ember {
@@ -43,7 +44,8 @@ struct ApiRequest {
   // chat: chat_template_kwargs (vLLM's extension: extra template variables such as
   // enable_thinking) and tools; null when absent.
   std::shared_ptr<const nlohmann::ordered_json> chat_template_kwargs;
-  std::shared_ptr<const nlohmann::ordered_json> tools;
+  ToolRequest tools;  // chat: tools, tool_choice, parallel_tool_calls
+  ToolCallFormat tool_format = ToolCallFormat::Generic;  // set by the server from its template
   std::optional<int64_t> max_tokens;  // absent: the server picks min(256, what fits)
   int64_t n = 1;                      // choices; choice i samples with seed + i
   GenerationRequest generation;       // sampling, stop, penalties, logprobs, ignore_eos
@@ -100,9 +102,15 @@ std::string echo_text(const ApiRequest& req, const Tokenizer& tokenizer);
 std::string echo_chunk(const ApiRequest& req, const ResponseMeta& meta,
                        const std::vector<TokenLogprob>& prompt_logprobs, const Tokenizer& tokenizer,
                        int64_t index = 0);
-// The closing chunk: empty delta (chat) / empty text (completions) with finish_reason.
+// The closing chunk: empty delta (chat) / empty text (completions) with finish_reason
+// ("tool_calls" when the reply was parsed into calls).
 std::string finish_chunk(const ApiRequest& req, const ResponseMeta& meta, FinishReason reason,
-                         int64_t index = 0);
+                         int64_t index = 0, bool tool_calls = false);
+// Streamed tool calls: one chunk carrying every call of the reply (delta.tool_calls).
+std::string tool_calls_chunk(const ApiRequest& req, const ResponseMeta& meta,
+                             const std::vector<ToolCall>& calls, int64_t index = 0);
+// The seed of choice `index`'s tool-call ids (distinct per response and choice).
+uint64_t tool_call_id_seed(const ResponseMeta& meta, int64_t index);
 // stream_options.include_usage: a last chunk with no choices and the usage.
 std::string usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const Completion& c);
 
