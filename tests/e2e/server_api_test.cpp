@@ -490,9 +490,10 @@ TEST_F(ServerApi, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
                "tools");
   expect_error(test::post_json(port_, chat, {{"messages", hi}, {"functions", json::array()}}), 400,
                "functions");
-  expect_error(test::post_json(port_, chat,
-                               {{"messages", hi}, {"response_format", {{"type", "json_object"}}}}),
-               400, "response_format");
+  expect_error(
+      test::post_json(port_, chat, {{"messages", hi}, {"response_format", {{"type", "xml"}}}}), 400,
+      "response_format");
+  expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"suffix", "z"}}), 400, "suffix");
   expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"logit_bias", {{"x7", 5}}}}), 400,
                "logit_bias");
   expect_error(test::post_json(port_, c, {{"prompt", "a"}, {"logit_bias", {{"7", 500}}}}), 400,

@@ -395,7 +395,15 @@ void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
     finish(&s, FinishReason::Length);
     return;
   }
-  emit_token(s, sample_token(s, logits, s.tokens.size()), logits);
+  int32_t token = -1;
+  try {
+    token = sample_token(s, logits, s.tokens.size());
+  } catch (const Error& e) {
+    if (!s.request.constraint) throw;
+    finish(&s, FinishReason::Error, e.what());  // this request's grammar, not the engine's fault
+    return;
+  }
+  emit_token(s, token, logits);
 }
 
 std::span<const int32_t> LLMEngine::banned_after(const Sequence& s, size_t history) const {
@@ -407,8 +415,33 @@ std::span<const int32_t> LLMEngine::banned_after(const Sequence& s, size_t histo
 }
 
 int32_t LLMEngine::sample_token(Sequence& s, std::span<const float> logits, size_t history) {
-  return s.sampler->sample(logits, std::span<const int32_t>(s.tokens).first(history),
-                           static_cast<size_t>(s.n_prompt), banned_after(s, history));
+  TokenConstraint* constraint = s.request.constraint.get();
+  if (constraint == nullptr) {
+    return s.sampler->sample(logits, std::span<const int32_t>(s.tokens).first(history),
+                             static_cast<size_t>(s.n_prompt), banned_after(s, history));
+  }
+  // Only what the grammar allows; end-of-generation once it is complete.
+  constraint->allowed_tokens(s.allowed);
+  s.allowed.resize(logits.size(), 0);
+  const bool can_end = constraint->can_end();
+  for (int32_t t : end_of_generation_) {
+    if (t >= 0 && static_cast<size_t>(t) < s.allowed.size())
+      s.allowed[static_cast<size_t>(t)] = can_end;
+  }
+  if (std::find(s.allowed.begin(), s.allowed.end(), 1) == s.allowed.end()) {
+    throw Error(ErrorKind::InvalidArgument,
+                "grammar: no token of the vocabulary can continue the constrained output");
+  }
+  s.sampler->set_allowed(&s.allowed);
+  const int32_t token =
+      s.sampler->sample(logits, std::span<const int32_t>(s.tokens).first(history),
+                        static_cast<size_t>(s.n_prompt), banned_after(s, history));
+  s.sampler->set_allowed(nullptr);
+  if (std::find(end_of_generation_.begin(), end_of_generation_.end(), token) ==
+      end_of_generation_.end()) {
+    constraint->accept(token);
+  }
+  return token;
 }
 
 bool LLMEngine::emit_token(Sequence& s, int32_t token, std::span<const float> logits) {

@@ -17,8 +17,8 @@ void LLMEngine::propose_drafts() {
   std::vector<DraftRequest> requests;
   for (const std::unique_ptr<Sequence>& ptr : scheduler_.running()) {
     Sequence& s = *ptr;
-    if (!s.request.speculative || s.request.wants_prompt_rows() || !s.prefilled() ||
-        s.pending_tokens() != 1 || s.n_draft != 0) {
+    if (!s.request.speculative || s.request.constraint || s.request.wants_prompt_rows() ||
+        !s.prefilled() || s.pending_tokens() != 1 || s.n_draft != 0) {
       continue;
     }
     if (s.spec_wait > 0) {  // recent guesses all failed: decode plainly for a while

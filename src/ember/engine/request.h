@@ -8,12 +8,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ember/engine/sampling/sampler.h"
+#include "ember/engine/token_constraint.h"
 
 namespace ember {
 
@@ -31,6 +33,10 @@ struct GenerationRequest {
   // End-of-generation tokens (EOS, end-of-turn) cannot be sampled before this many tokens were
   // generated (vLLM's min_tokens); stop strings still apply.
   int64_t min_tokens = 0;
+  // Grammar-constrained decoding (response_format, grammar, forced tool calls): only the tokens it
+  // allows are sampled, end-of-generation only once it can end. Requests with one never
+  // speculate. Stateful: one per request.
+  std::shared_ptr<TokenConstraint> constraint;
   // false: never speculate for this request (the server's "speculative": false), even when the
   // engine has a proposer.
   bool speculative = true;

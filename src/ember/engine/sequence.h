@@ -47,6 +47,7 @@ struct Sequence {
   bool prefix_looked_up = false;
   bool scheduled_once = false;
   std::unique_ptr<Sampler> sampler;
+  std::vector<uint8_t> allowed;  // request.constraint's mask for the next token (scratch)
   Detokenizer detokenizer;
 
   Clock::time_point arrival_time;

@@ -148,7 +148,7 @@ std::string HttpServer::finish_stream_choice(Relay& relay, Choice& choice, int64
       out += delta_chunk(relay.api, relay.meta, reply.content, {}, tokenizer_, 0, index);
     }
     if (!reply.calls.empty()) out += tool_calls_chunk(relay.api, relay.meta, reply.calls, index);
-    calls = !reply.calls.empty();
+    calls = !reply.calls.empty() && choice.acc.finish_reason == FinishReason::Stop;
     choice.sent = choice.acc.text.size();
   }
   return out + finish_chunk(relay.api, relay.meta, choice.acc.finish_reason, index, calls);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ember/core/error.h"
+#include "ember/engine/grammar/grammar_constraint.h"
 #include "ember/server/error_response.h"
 #include "ember/server/relay.h"
 #include "ember/server/tokenize_api.h"
@@ -279,11 +280,7 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
     if (auto* e = std::get_if<Error>(&parsed)) throw *e;
     ApiRequest api = std::move(std::get<ApiRequest>(parsed));
     api.tool_format = tool_format_;
-    if (api.tools.choice == ToolChoice::Required || api.tools.choice == ToolChoice::Named) {
-      throw Error::invalid_request("tool_choice",
-                                   "'tool_choice' required / a named function needs constrained "
-                                   "decoding, which ember does not have yet; use 'auto'");
-    }
+    api.compiled_grammar = compile_grammar(api);
     std::vector<int32_t> prompt = tokenize_prompt(api);
     std::shared_ptr<Relay> relay = submit(std::move(api), std::move(prompt));
     relay->active = std::move(active);
@@ -295,6 +292,37 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
   } catch (const Error& e) {
     send_error(res, e);
   }
+}
+
+std::shared_ptr<const grammar::CompiledGrammar> HttpServer::compile_grammar(ApiRequest& api) {
+  if (api.tools.choice == ToolChoice::Required || api.tools.choice == ToolChoice::Named) {
+    if (!api.grammar.empty()) {
+      throw Error::invalid_request(api.grammar_field, "'" + api.grammar_field +
+                                                          "' cannot be combined with tool_choice "
+                                                          "required or a named function");
+    }
+    api.grammar = tool_call_gbnf(api.tools, tool_format_);
+    api.grammar_field = "tool_choice";
+  }
+  if (api.grammar.empty()) return nullptr;
+  std::lock_guard<std::mutex> lock(grammar_mutex_);
+  for (auto it = grammars_.begin(); it != grammars_.end(); ++it) {
+    if (it->first == api.grammar) {
+      grammars_.splice(grammars_.begin(), grammars_, it);
+      return it->second;
+    }
+  }
+  grammar::Grammar parsed;
+  try {
+    parsed = grammar::parse_gbnf(api.grammar);
+  } catch (const Error& e) {
+    throw Error::invalid_request(api.grammar_field, e.what());
+  }
+  if (!token_trie_) token_trie_ = grammar::build_token_trie(tokenizer_);
+  auto compiled = std::make_shared<const grammar::CompiledGrammar>(std::move(parsed), token_trie_);
+  grammars_.emplace_front(api.grammar, compiled);
+  if (grammars_.size() > 32) grammars_.pop_back();
+  return compiled;
 }
 
 ChatPrompt HttpServer::render_chat(const ApiRequest& api) const {
@@ -346,6 +374,8 @@ std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> p
   const auto submit_choice = [&](int64_t index) {
     GenerationRequest g = gen;
     g.sampling.seed += static_cast<uint64_t>(index);
+    if (api.compiled_grammar)
+      g.constraint = std::make_shared<grammar::GrammarConstraint>(api.compiled_grammar);
     // Echo with logprobs: choice 0 computes the prompt's logprobs once for every choice.
     if (api.echo && index == 0) g.prompt_logprobs = gen.logprobs;
     try {

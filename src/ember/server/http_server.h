@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,10 @@ class Server;
 class Request;
 class Response;
 }  // namespace httplib
+
+namespace ember::grammar {
+struct TokenTrie;
+}
 
 namespace ember::server {
 
@@ -81,6 +86,9 @@ class HttpServer {
   // tokenizer's BOS/EOS spelling passed as transformers passes them).
   ChatPrompt render_chat(const ApiRequest& api) const;
   std::string finish_stream_choice(Relay& relay, Choice& choice, int64_t index) const;
+  // The request's grammar (response_format, grammar, or tool_choice required / named) compiled
+  // for this vocabulary; identical grammars share one (and its mask cache). Null without one.
+  std::shared_ptr<const grammar::CompiledGrammar> compile_grammar(ApiRequest& api);
   // The request's max_tokens, or the default; throws when prompt + completion exceed the context.
   // Hands the request to the engine; a refusal comes back as a thrown Error.
   std::shared_ptr<Relay> submit(ApiRequest api, std::vector<int32_t> prompt);
@@ -104,6 +112,9 @@ class HttpServer {
   std::atomic<bool> force_{false};
   std::atomic<int64_t> active_{0};
   std::atomic<uint64_t> next_id_{1};
+  std::mutex grammar_mutex_;
+  std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built on the first grammar
+  std::list<std::pair<std::string, std::shared_ptr<const grammar::CompiledGrammar>>> grammars_;
   mutable std::mutex counts_mutex_;
   std::map<int, uint64_t> responses_by_status_;
 };

@@ -161,7 +161,8 @@ json completion_response(const ApiRequest& req, const ResponseMeta& meta,
           choice["message"]["content"] =
               reply.content.empty() ? json(nullptr) : json(reply.content);
           choice["message"]["tool_calls"] = tool_calls_json(reply.calls, false);
-          choice["finish_reason"] = "tool_calls";
+          // A reply cut by max_tokens stays "length" (its last call may be missing).
+          if (c.finish_reason == FinishReason::Stop) choice["finish_reason"] = "tool_calls";
         }
       }
       choice["logprobs"] =

@@ -20,6 +20,10 @@ namespace ember {
 class Tokenizer;
 }
 
+namespace ember::grammar {
+class CompiledGrammar;
+}
+
 namespace ember::server {
 
 enum class Endpoint : uint8_t { Completions, ChatCompletions };
@@ -46,6 +50,12 @@ struct ApiRequest {
   std::shared_ptr<const nlohmann::ordered_json> chat_template_kwargs;
   ToolRequest tools;  // chat: tools, tool_choice, parallel_tool_calls
   ToolCallFormat tool_format = ToolCallFormat::Generic;  // set by the server from its template
+  // Constrained decoding: a GBNF grammar the output must match ("" none), from `grammar`
+  // (llama.cpp's field, GBNF as written) or response_format (json_object / json_schema), and the
+  // request field it came from, for errors.
+  std::string grammar;
+  std::string grammar_field;
+  std::shared_ptr<const grammar::CompiledGrammar> compiled_grammar;  // set by the server
   std::optional<int64_t> max_tokens;  // absent: the server picks min(256, what fits)
   int64_t n = 1;                      // choices; choice i samples with seed + i
   GenerationRequest generation;       // sampling, stop, penalties, logprobs, ignore_eos

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "ember/engine/grammar/json_schema_grammar.h"
 #include "ember/server/chat_messages.h"
 #include "ember/tokenizer/tokenizer.h"
 
@@ -231,6 +232,49 @@ void get_logprobs(Endpoint endpoint, const json& body, ApiRequest& req) {
   }
 }
 
+// response_format (chat: text, json_object, json_schema) and grammar (GBNF) -> req.grammar.
+void get_constraint(Endpoint endpoint, const json& body, const nlohmann::ordered_json* ordered,
+                    ApiRequest& req) {
+  if (const json* g = field(body, "grammar")) {
+    if (!g->is_string() || g->get<std::string>().empty()) {
+      throw Error::invalid_request("grammar", "'grammar' must be a GBNF grammar (a string)");
+    }
+    req.grammar = g->get<std::string>();
+    req.grammar_field = "grammar";
+  }
+  const json* rf = endpoint == Endpoint::ChatCompletions ? field(body, "response_format") : nullptr;
+  if (rf == nullptr) return;
+  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
+    throw Error::invalid_request("response_format", "'response_format' must be {\"type\": ...}");
+  }
+  const std::string type = (*rf)["type"];
+  if (type == "text") return;
+  if (!req.grammar.empty()) {
+    throw Error::invalid_request("response_format",
+                                 "give 'grammar' or 'response_format', not both");
+  }
+  req.grammar_field = "response_format";
+  if (type == "json_object") {
+    req.grammar = grammar::json_object_gbnf();
+  } else if (type == "json_schema") {
+    const auto& spec = (*ordered)["response_format"];
+    if (!spec.contains("json_schema") || !spec["json_schema"].is_object() ||
+        !spec["json_schema"].contains("schema")) {
+      throw Error::invalid_request("response_format",
+                                   "json_schema needs {\"json_schema\": {\"name\", \"schema\"}}");
+    }
+    try {
+      req.grammar = grammar::json_schema_to_gbnf(spec["json_schema"]["schema"]);
+    } catch (const Error& e) {
+      throw Error::invalid_request("response_format", e.what());
+    }
+  } else {
+    throw Error::invalid_request(
+        "response_format",
+        "response_format type '" + type + "' is not one of text, json_object, json_schema");
+  }
+}
+
 // Every field of a request is either handled or refused by name: an app must be able to tell that
 // ember did not do what it asked (tools, response_format, logit_bias... were silently ignored).
 // `user` (an end-user id for the provider's abuse monitoring) changes nothing and is accepted; a
@@ -257,13 +301,14 @@ void refuse_unhandled_fields(Endpoint endpoint, const json& body) {
                                                "min_tokens",
                                                "speculative",
                                                "user"};
-  static const std::set<std::string> completions = {"prompt", "echo", "best_of"};
-  static const std::set<std::string> chat = {"messages", "top_logprobs", "chat_template_kwargs",
-                                             "tools",    "tool_choice",  "parallel_tool_calls"};
+  static const std::set<std::string> completions = {"prompt", "echo", "best_of", "grammar"};
+  static const std::set<std::string> chat = {
+      "messages",    "top_logprobs",        "chat_template_kwargs", "tools",
+      "tool_choice", "parallel_tool_calls", "response_format",      "grammar"};
   static const std::set<std::string> not_yet = {
-      "functions",          "function_call", "response_format", "suffix",
-      "modalities",         "audio",         "prediction",      "reasoning_effort",
-      "web_search_options", "metadata",      "store",           "service_tier"};
+      "functions", "function_call", "suffix",           "modalities",
+      "audio",     "prediction",    "reasoning_effort", "web_search_options",
+      "metadata",  "store",         "service_tier"};
   const std::set<std::string>& own = endpoint == Endpoint::Completions ? completions : chat;
   for (const auto& [key, value] : body.items()) {
     if (value.is_null() || common.count(key) != 0 || own.count(key) != 0) continue;
@@ -326,6 +371,7 @@ ApiRequest parse_object(Endpoint endpoint, const json& body,
   }
 
   get_logprobs(endpoint, body, req);
+  get_constraint(endpoint, body, ordered, req);
   // Last: a missing or malformed field the endpoint needs is the first thing to report.
   refuse_unhandled_fields(endpoint, body);
   return req;

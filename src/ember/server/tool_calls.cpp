@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ember/core/error.h"
+#include "ember/engine/grammar/json_schema_grammar.h"
 
 namespace ember::server {
 
@@ -104,12 +105,17 @@ bool parse_tagged(std::string_view text, std::string_view open, std::string_view
     } else {
       call = call_from_json(ojson::parse(trim(inner), nullptr, false), tools);
     }
-    if (!call) return false;
-    out.calls.push_back(std::move(*call));
-    if (end == std::string_view::npos) {
+    if (end == std::string_view::npos) {  // the reply ended inside this call
+      if (call) {
+        out.calls.push_back(std::move(*call));
+      } else if (out.calls.empty()) {
+        return false;
+      }  // else: a last call cut short by max_tokens, dropped
       pos = text.size();
       break;
     }
+    if (!call) return false;
+    out.calls.push_back(std::move(*call));
     pos = end + close.size();
   }
   content += text.substr(std::min(pos, text.size()));
@@ -293,6 +299,63 @@ ParsedReply parse_tool_calls(ToolCallFormat format, const std::string& text, con
   if (!ok) return ParsedReply{text, {}};
   for (ToolCall& c : out.calls) c.id = make_id(format, id_seed);
   return out;
+}
+
+std::string tool_call_gbnf(const ToolRequest& request, ToolCallFormat format) {
+  using grammar::JsonSchemaGrammar;
+  JsonSchemaGrammar g;
+  std::string calls;  // one alternative per allowed function
+  const ojson any_object = {{"type", "object"}};
+  for (size_t i = 0; i < request.tools->size(); ++i) {
+    const ojson& fn = (*request.tools)[i]["function"];
+    const std::string name = fn["name"];
+    if (request.choice == ToolChoice::Named && name != request.function) continue;
+    const ojson& params = fn.contains("parameters") ? fn["parameters"] : any_object;
+    std::string args;
+    try {
+      args = g.add_schema(params, params, "args-" + std::to_string(i));
+    } catch (const Error& e) {
+      throw Error::invalid_request("tools[" + std::to_string(i) + "].function.parameters",
+                                   e.what());
+    }
+    const std::string quoted = JsonSchemaGrammar::literal(ojson(name).dump());
+    std::string call;
+    switch (format) {
+      case ToolCallFormat::FunctionaryV31:
+        call = JsonSchemaGrammar::literal("<function=" + name + ">") + " " + args + " " +
+               JsonSchemaGrammar::literal("</function>");
+        break;
+      case ToolCallFormat::Llama3:
+        call = R"("{\"name\": " )" + quoted + R"( ", \"parameters\": " )" + args + R"( "}")";
+        break;
+      default:
+        call = R"("{\"name\": " )" + quoted + R"( ", \"arguments\": " )" + args + R"( "}")";
+    }
+    calls += (calls.empty() ? "" : " | ") + std::string("(") + call + ")";
+  }
+  g.add_rule("tool-call", calls);
+  std::string one;
+  std::string sep;
+  switch (format) {
+    case ToolCallFormat::Hermes:
+      one = R"("<tool_call>\n" tool-call "\n</tool_call>")";
+      sep = R"("\n")";
+      break;
+    case ToolCallFormat::Mistral:
+      g.add_rule("tool-calls", R"("[TOOL_CALLS][" tool-call )" +
+                                   std::string(request.parallel ? R"((", " tool-call)*)" : "") +
+                                   R"( "]")");
+      return g.gbnf("tool-calls");
+    case ToolCallFormat::Llama3:
+      one = "tool-call";
+      sep = R"("; ")";
+      break;
+    default:
+      one = "tool-call";
+      sep = R"("\n")";
+  }
+  g.add_rule("tool-calls", one + (request.parallel ? " (" + sep + " " + one + ")*" : ""));
+  return g.gbnf("tool-calls");
 }
 
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {

@@ -54,6 +54,12 @@ struct ParsedReply {
 ParsedReply parse_tool_calls(ToolCallFormat format, const std::string& text,
                              const nlohmann::ordered_json& tools, uint64_t id_seed);
 
+// tool_choice required / a named function: a GBNF grammar that makes the reply one call (or,
+// with parallel_tool_calls, several) in the model's format, each naming a function of `tools`
+// (or the named one) with arguments valid against its parameters schema. Throws ember::Error
+// (naming "tools") for a parameters schema the grammar cannot enforce.
+std::string tool_call_gbnf(const ToolRequest& request, ToolCallFormat format);
+
 // OpenAI's shapes: message.tool_calls ([{id, type, function: {name, arguments}}]) and, streamed,
 // delta.tool_calls (the same with each call's index).
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);

@@ -46,6 +46,11 @@ TEST(ToolCalls, HermesCallsAndTheContentAroundThem) {
   EXPECT_NE(r.calls[0].id, r.calls[1].id);
   // An unterminated last call (max_tokens hit after the JSON) still parses.
   EXPECT_EQ(parse(ToolCallFormat::Hermes, "<tool_call>{\"name\": \"get_time\"}").calls.size(), 1u);
+  // A last call cut short (max_tokens) is dropped; the complete ones stay.
+  EXPECT_EQ(parse(ToolCallFormat::Hermes,
+                  "<tool_call>{\"name\": \"get_time\"}</tool_call>\n<tool_call>{\"name\": \"get_we")
+                .calls.size(),
+            1u);
 }
 
 TEST(ToolCalls, OtherFamilies) {

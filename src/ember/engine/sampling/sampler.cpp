@@ -63,6 +63,11 @@ void Sampler::apply_bias(std::span<const int32_t> banned) {
       candidates_[static_cast<size_t>(token)].first = -std::numeric_limits<float>::infinity();
     }
   }
+  if (allowed_ != nullptr) {
+    for (size_t i = 0; i < candidates_.size() && i < allowed_->size(); ++i) {
+      if (!(*allowed_)[i]) candidates_[i].first = -std::numeric_limits<float>::infinity();
+    }
+  }
 }
 
 void Sampler::apply_penalties(std::span<const int32_t> history, size_t n_prompt) {
@@ -128,7 +133,7 @@ std::span<const Candidate> Sampler::distribution(std::span<const float> logits,
   }
   const bool penalties = (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0) ||
                          params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
-  const bool biased = !params_.logit_bias.empty() || !banned.empty();
+  const bool biased = !params_.logit_bias.empty() || !banned.empty() || allowed_ != nullptr;
   // Greedy without penalties or bias reads the logits as they are (no copy of the vocabulary).
   if (params_.temperature <= 0.0f && !penalties && !biased) {
     candidates_.assign(1, {1.0f, argmax(logits)});

@@ -43,6 +43,9 @@ class Sampler {
                                                           std::span<const int32_t> history,
                                                           size_t n_prompt = 0,
                                                           std::span<const int32_t> banned = {});
+  // Grammar-constrained decoding: tokens with allowed[id] == 0 are excluded from the next
+  // sample()/distribution() calls (null: no restriction). The vector must outlive those calls.
+  void set_allowed(const std::vector<uint8_t>* allowed) { allowed_ = allowed; }
   // A uniform draw in [0, 1) from this sampler's seeded stream (what sample() consumes per draw).
   double uniform();
   const SamplingParams& params() const { return params_; }
@@ -53,6 +56,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;  // scratch: (logit or prob, token)
   std::vector<int32_t> scratch_tokens_;
+  const std::vector<uint8_t>* allowed_ = nullptr;
 
   void apply_penalties(std::span<const int32_t> history, size_t n_prompt);
   void apply_bias(std::span<const int32_t> banned);
