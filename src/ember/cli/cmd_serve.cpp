@@ -38,6 +38,7 @@ struct ServeOptions {
   double drain_timeout = 10.0;
   std::string api_key;       // --api-key
   std::string api_key_file;  // --api-key-file
+  bool strict_api = false;
   KvOffloadOptions offload;
 };
 
@@ -218,6 +219,7 @@ int serve_command(const ServeOptions& o) {
       static_cast<int>(std::min<int64_t>(1024, o.max_seqs + o.max_waiting + 8));
   http_options.drain_timeout_seconds = o.drain_timeout;
   http_options.api_key = api_key;
+  http_options.strict_api = o.strict_api;
   if (http_options.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" &&
       o.host != "::1") {
     std::fprintf(stderr,
@@ -302,6 +304,8 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key-file", o->api_key_file,
                   "Read the API key from the first line of this file (keeps it out of the process "
                   "list)");
+  cmd->add_flag("--strict-api", o->strict_api,
+                "Refuse request fields no API knows (400) instead of ignoring them with a warning");
   cmd->add_option("--drain-timeout", o->drain_timeout,
                   "Seconds in-flight requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str();

@@ -16,21 +16,24 @@ void Histogram::observe(double value) {
   sum_ += value;
 }
 
-void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+void Histogram::render(const std::string& name, const std::string& help, std::string& out,
+                       const std::string& labels) const {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  const std::string pre = labels.empty() ? "" : labels + ",";
+  const std::string own = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cumulative = 0;
-  char buf[128];
+  char buf[256];
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    std::snprintf(buf, sizeof buf, "%s_bucket{le=\"%g\"} %llu\n", name.c_str(), bounds_[i],
-                  static_cast<unsigned long long>(cumulative));
+    std::snprintf(buf, sizeof buf, "%s_bucket{%sle=\"%g\"} %llu\n", name.c_str(), pre.c_str(),
+                  bounds_[i], static_cast<unsigned long long>(cumulative));
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "%s_bucket{le=\"+Inf\"} %llu\n", name.c_str(),
+  std::snprintf(buf, sizeof buf, "%s_bucket{%sle=\"+Inf\"} %llu\n", name.c_str(), pre.c_str(),
                 static_cast<unsigned long long>(count_));
   out += buf;
-  std::snprintf(buf, sizeof buf, "%s_sum %.9g\n%s_count %llu\n", name.c_str(), sum_, name.c_str(),
-                static_cast<unsigned long long>(count_));
+  std::snprintf(buf, sizeof buf, "%s_sum%s %.9g\n%s_count%s %llu\n", name.c_str(), own.c_str(),
+                sum_, name.c_str(), own.c_str(), static_cast<unsigned long long>(count_));
   out += buf;
 }
 

@@ -15,8 +15,10 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> upper_bounds);
   void observe(double value);
-  // Appends `name_bucket{le="..."} n`, `name_sum`, `name_count` lines.
-  void render(const std::string& name, const std::string& help, std::string& out) const;
+  // Appends `name_bucket{le="..."} n`, `name_sum`, `name_count` lines; `labels` (e.g.
+  // `model_name="m"`) go into every line's label set.
+  void render(const std::string& name, const std::string& help, std::string& out,
+              const std::string& labels = "") const;
   uint64_t count() const { return count_; }
   double sum() const { return sum_; }
 

@@ -13,6 +13,7 @@
 #include "ember/server/error_response.h"
 #include "ember/server/relay.h"
 #include "ember/server/tokenize_api.h"
+#include "ember/server/vllm_metrics.h"
 
 namespace ember::server {
 
@@ -201,7 +202,7 @@ void HttpServer::route() {
   });
   // llama.cpp's /apply-template: a chat request body -> {"prompt": the rendered text}.
   http_->Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
-    auto parsed = parse_request(Endpoint::ChatCompletions, req.body);
+    auto parsed = parse_request(Endpoint::ChatCompletions, req.body, options_.strict_api);
     if (auto* e = std::get_if<Error>(&parsed)) throw *e;
     const ChatTemplateContext spelling = chat_context_for(tokenizer_);
     send_json(res, json{{"prompt", render_chat(std::get<ApiRequest>(parsed))
@@ -255,7 +256,8 @@ void HttpServer::handle_models(httplib::Response& res) const {
 }
 
 void HttpServer::handle_metrics(httplib::Response& res) const {
-  std::string text = engine_.metrics().render_prometheus();
+  const ServingMetrics metrics = engine_.metrics();
+  std::string text = metrics.render_prometheus() + render_vllm_metrics(metrics, options_.model_id);
   text += "# HELP ember_http_responses_total HTTP responses by status code\n";
   text += "# TYPE ember_http_responses_total counter\n";
   {
@@ -276,9 +278,18 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
   auto active = std::make_shared<ActiveRequest>(this);
   try {
     if (draining_.load()) throw shutting_down("the server is shutting down");
-    auto parsed = parse_request(endpoint, http_req.body);
+    auto parsed = parse_request(endpoint, http_req.body, options_.strict_api);
     if (auto* e = std::get_if<Error>(&parsed)) throw *e;
     ApiRequest api = std::move(std::get<ApiRequest>(parsed));
+    if (!api.ignored_fields.empty()) {
+      std::string names;
+      for (const std::string& f : api.ignored_fields)
+        names += (names.empty() ? "'" : ", '") + f + "'";
+      std::fprintf(
+          stderr,
+          "[ember] warning: ignored unknown request field(s) %s (--strict-api refuses them)\n",
+          names.c_str());
+    }
     api.tool_format = tool_format_;
     api.compiled_grammar = compile_grammar(api);
     std::vector<int32_t> prompt = tokenize_prompt(api);

@@ -43,6 +43,8 @@ struct ServerOptions {
   double drain_timeout_seconds = 10.0;  // on shutdown, how long in-flight requests may finish
   // Non-empty: every endpoint but /health wants `Authorization: Bearer <api_key>` (401 otherwise).
   std::string api_key;
+  // Refuse (400) request fields that no API knows instead of ignoring them with a warning.
+  bool strict_api = false;
 };
 
 class HttpServer {

@@ -55,6 +55,7 @@ struct ApiRequest {
   // request field it came from, for errors.
   std::string grammar;
   std::string grammar_field;
+  std::vector<std::string> ignored_fields;  // fields no API knows (not --strict-api)
   std::shared_ptr<const grammar::CompiledGrammar> compiled_grammar;  // set by the server
   std::optional<int64_t> max_tokens;  // absent: the server picks min(256, what fits)
   int64_t n = 1;                      // choices; choice i samples with seed + i
@@ -65,7 +66,10 @@ struct ApiRequest {
 
 // Parses and validates a request body. Wrong types, out-of-range values (n outside 1..16), empty
 // messages and unknown roles give an InvalidArgument error naming the request field.
-std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_view body);
+// A field that no API knows is ignored and listed in ApiRequest::ignored_fields, or refused when
+// `strict` (--strict-api).
+std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_view body,
+                                              bool strict = false);
 
 // Everything a finished (or finishing) request produced, accumulated from its stream events.
 struct Completion {

@@ -279,50 +279,41 @@ void get_constraint(Endpoint endpoint, const json& body, const nlohmann::ordered
 // ember did not do what it asked (tools, response_format, logit_bias... were silently ignored).
 // `user` (an end-user id for the provider's abuse monitoring) changes nothing and is accepted; a
 // null value asks for nothing and is accepted for any name.
-void refuse_unhandled_fields(Endpoint endpoint, const json& body) {
-  static const std::set<std::string> common = {"model",
-                                               "n",
-                                               "stream",
-                                               "stream_options",
-                                               "max_tokens",
-                                               "max_completion_tokens",
-                                               "temperature",
-                                               "top_p",
-                                               "top_k",
-                                               "min_p",
-                                               "repetition_penalty",
-                                               "seed",
-                                               "presence_penalty",
-                                               "frequency_penalty",
-                                               "stop",
-                                               "ignore_eos",
-                                               "logprobs",
-                                               "logit_bias",
-                                               "min_tokens",
-                                               "speculative",
-                                               "user"};
+void refuse_unhandled_fields(Endpoint endpoint, const json& body, bool strict, ApiRequest& req) {
+  static const std::set<std::string> common = {
+      "model", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+      "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "presence_penalty",
+      "frequency_penalty", "stop", "ignore_eos", "logprobs", "logit_bias", "min_tokens",
+      "speculative", "user",
+      // harmless to ignore: they change no output
+      "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"};
   static const std::set<std::string> completions = {"prompt", "echo", "best_of", "grammar"};
   static const std::set<std::string> chat = {
       "messages",    "top_logprobs",        "chat_template_kwargs", "tools",
       "tool_choice", "parallel_tool_calls", "response_format",      "grammar"};
+  // Fields of OpenAI's API that would change the output and that ember does not implement.
   static const std::set<std::string> not_yet = {
-      "functions", "function_call", "suffix",           "modalities",
-      "audio",     "prediction",    "reasoning_effort", "web_search_options",
-      "metadata",  "store",         "service_tier"};
+      "functions",        "function_call",      "suffix",   "modalities", "audio", "prediction",
+      "reasoning_effort", "web_search_options", "verbosity"};
   const std::set<std::string>& own = endpoint == Endpoint::Completions ? completions : chat;
   for (const auto& [key, value] : body.items()) {
     if (value.is_null() || common.count(key) != 0 || own.count(key) != 0) continue;
     if (not_yet.count(key) != 0) {
       throw Error::invalid_request(key, "'" + key + "' is not supported by ember yet");
     }
+    if (!strict) {  // as vLLM does: a field no API knows is ignored (the server logs it)
+      req.ignored_fields.push_back(key);
+      continue;
+    }
     throw Error::invalid_request(
         key, "unknown field '" + key + "' for " +
-                 (endpoint == Endpoint::Completions ? "/v1/completions" : "/v1/chat/completions"));
+                 (endpoint == Endpoint::Completions ? "/v1/completions" : "/v1/chat/completions") +
+                 " (--strict-api)");
   }
 }
 
-ApiRequest parse_object(Endpoint endpoint, const json& body,
-                        const nlohmann::ordered_json* ordered) {
+ApiRequest parse_object(Endpoint endpoint, const json& body, const nlohmann::ordered_json* ordered,
+                        bool strict) {
   ApiRequest req;
   req.endpoint = endpoint;
   if (const json* m = field(body, "model")) {
@@ -373,13 +364,14 @@ ApiRequest parse_object(Endpoint endpoint, const json& body,
   get_logprobs(endpoint, body, req);
   get_constraint(endpoint, body, ordered, req);
   // Last: a missing or malformed field the endpoint needs is the first thing to report.
-  refuse_unhandled_fields(endpoint, body);
+  refuse_unhandled_fields(endpoint, body, strict, req);
   return req;
 }
 
 }  // namespace
 
-std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_view body) {
+std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_view body,
+                                              bool strict) {
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Error::invalid_request("", "the request body is not valid JSON");
   if (!j.is_object()) return Error::invalid_request("", "the request body must be a JSON object");
@@ -388,7 +380,7 @@ std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_vie
     nlohmann::ordered_json ordered;
     if (endpoint == Endpoint::ChatCompletions)
       ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
-    return parse_object(endpoint, j, &ordered);
+    return parse_object(endpoint, j, &ordered, strict);
   } catch (const Error& e) {
     return e;
   } catch (const json::exception& e) {

@@ -1,0 +1,70 @@
+// How `ember serve` answers fields it does not handle: OpenAI fields that would change the output
+// are refused by name, harmless ones accepted, fields no API knows ignored with a warning in the
+// log (or refused with --strict-api); and /metrics under vLLM's names too.
+#include <gtest/gtest.h>
+
+#include "e2e/server_test_util.h"
+#include "test_util.h"
+
+namespace ember {
+namespace {
+
+using nlohmann::json;
+
+TEST(ServerFields, UnknownIgnoredWithAWarningOrRefusedWhenStrict) {
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const json hi = json::array({{{"role", "user"}, {"content", "hi"}}});
+  test::ServerProcess lenient("-m " + test::shell_quote(model.string()) + " -t 2");
+  ASSERT_TRUE(lenient.ready()) << lenient.startup_error();
+  auto r = test::post_json(lenient.port(), "/v1/chat/completions",
+                           {{"messages", hi},
+                            {"max_tokens", 2},
+                            {"guided_choice", {"a"}},
+                            {"store", true},
+                            {"metadata", {{"k", "v"}}}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(lenient.log().find("ignored unknown request field(s) 'guided_choice'"),
+            std::string::npos)
+      << lenient.log();
+  // An OpenAI field that would change the output is refused whatever the mode.
+  r = test::post_json(lenient.port(), "/v1/chat/completions",
+                      {{"messages", hi}, {"verbosity", "low"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "verbosity");
+
+  test::ServerProcess strict("-m " + test::shell_quote(model.string()) + " -t 2 --strict-api");
+  ASSERT_TRUE(strict.ready()) << strict.startup_error();
+  r = test::post_json(strict.port(), "/v1/chat/completions",
+                      {{"messages", hi}, {"max_tokens", 2}, {"guided_choice", {"a"}}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "guided_choice");
+  r = test::post_json(strict.port(), "/v1/chat/completions",
+                      {{"messages", hi}, {"max_tokens", 2}, {"store", false}, {"user", "u"}});
+  EXPECT_EQ(r.status, 200) << "harmless fields pass even in strict mode: " << r.body;
+}
+
+TEST(ServerFields, MetricsUnderVllmNamesAndModelsWithTheContext) {
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  test::ServerProcess server("-m " + test::shell_quote(model.string()) + " -t 2 --model-name tiny");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  ASSERT_EQ(
+      test::post_json(server.port(), "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 5}})
+          .status,
+      200);
+  const std::string m = test::http_get(server.port(), "/metrics").body;
+  for (const char* line :
+       {"vllm:num_requests_running{model_name=\"tiny\"} 0",
+        "vllm:generation_tokens_total{model_name=\"tiny\"} 5",
+        "vllm:time_to_first_token_seconds_count{model_name=\"tiny\"} 1",
+        "vllm:time_per_output_token_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 4"}) {
+    EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
+  }
+  const json models = json::parse(test::http_get(server.port(), "/v1/models").body);
+  EXPECT_EQ(models["data"][0]["id"], "tiny");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 2048);  // stories260K's context
+}
+
+}  // namespace
+}  // namespace ember
