@@ -10,6 +10,7 @@ void Batch::clear() {
   tokens.clear();
   sequences.clear();
   logit_rows.clear();
+  hidden_rows.clear();
   positions.clear();
   sequence_of.clear();
 }

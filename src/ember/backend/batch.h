@@ -20,6 +20,7 @@ struct Batch {
   std::vector<int32_t> tokens;           // [T], sequence after sequence
   std::vector<BatchSequence> sequences;  // in the same order as their tokens
   std::vector<int32_t> logit_rows;       // flat token indices whose logits are wanted
+  std::vector<int32_t> hidden_rows;      // flat token indices whose final hidden states are wanted
   // Derived by finalize(): per token, its position and its sequence's index.
   std::vector<int32_t> positions;    // [T]
   std::vector<int32_t> sequence_of;  // [T]

@@ -341,12 +341,16 @@ void LLMEngine::build_batch(const std::vector<ScheduledChunk>& chunks) {
     const auto begin = s.tokens.begin() + s.n_cached;
     batch_.tokens.insert(batch_.tokens.end(), begin, begin + c.n_tokens);
     batch_.sequences.push_back({s.block_table.blocks.data(), s.n_cached, c.n_tokens});
-    const bool all_rows = s.request.wants_prompt_rows() && !s.prefilled();
+    const bool prompt_chunk = !s.prefilled();
+    const bool all_rows = s.request.wants_prompt_logit_rows() && prompt_chunk;
     // A chunk with guesses: a row for the last sampled token and one per guess.
     const int64_t last_rows = c.completes ? 1 + s.n_draft : 0;
     for (int64_t i = 0; i < c.n_tokens; ++i) {
       if (all_rows || i >= c.n_tokens - last_rows) {
         batch_.logit_rows.push_back(first_row + static_cast<int32_t>(i));
+      }
+      if (s.request.prompt_hidden && prompt_chunk) {
+        batch_.hidden_rows.push_back(first_row + static_cast<int32_t>(i));
       }
     }
   }
@@ -356,19 +360,31 @@ void LLMEngine::build_batch(const std::vector<ScheduledChunk>& chunks) {
 // the sampler. The rows follow build_batch's order. (n_cached already counts this step's tokens.)
 void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<const float> logits) {
   const auto V = static_cast<size_t>(vocab_size());
+  const auto D = static_cast<size_t>(runner_.weights().config.d_model);
+  const std::span<const float> hidden = runner_.hidden_states();
   size_t row = 0;
+  size_t hidden_row = 0;
   for (const ScheduledChunk& c : chunks) {
     Sequence& s = *c.seq;
     const int64_t start = s.n_cached - c.n_tokens;
-    const bool all_rows = s.request.wants_prompt_rows() && start < s.n_prompt;
+    const bool prompt_chunk = start < s.n_prompt;
+    const bool all_rows = s.request.wants_prompt_logit_rows() && prompt_chunk;
     const auto n_rows =
         static_cast<size_t>(all_rows ? c.n_tokens : (c.completes ? 1 + s.n_draft : 0));
     const std::span<const float> rows = logits.subspan(row * V, n_rows * V);
     row += n_rows;
     // A preempted sequence recomputes its prompt: rows already sent are not sent again.
     const int64_t skip = std::max<int64_t>(0, s.prompt_logit_rows_sent - start);
-    if (all_rows && skip < c.n_tokens) {
+    const size_t n_hidden =
+        s.request.prompt_hidden && prompt_chunk ? static_cast<size_t>(c.n_tokens) : 0;
+    const std::span<const float> hidden_rows = hidden.subspan(hidden_row * D, n_hidden * D);
+    hidden_row += n_hidden;
+    if ((all_rows || n_hidden > 0) && skip < c.n_tokens) {
       StreamEvent e;
+      if (n_hidden > 0) {
+        e.prompt_hidden.assign(hidden_rows.begin() + static_cast<std::ptrdiff_t>(skip * D),
+                               hidden_rows.end());
+      }
       if (s.request.prompt_logits) {
         e.prompt_logits.assign(rows.begin() + static_cast<std::ptrdiff_t>(skip * V), rows.end());
       }

@@ -55,6 +55,8 @@ class ModelRunner {
   int n_threads() const { return weights_.backend->info().threads; }
   // Tokens routed to each expert so far, [n_layers * n_experts]; empty for dense models.
   std::span<const int64_t> expert_load() const { return model_->expert_load(); }
+  // The last run's batch.hidden_rows hidden states (see Model::hidden_states).
+  std::span<const float> hidden_states() const { return model_->hidden_states(); }
 
  private:
   const ModelWeights& weights_;

@@ -45,9 +45,14 @@ struct GenerationRequest {
   // >= 0: events carry the logprob of every prompt token after the first, each given the tokens
   // before it (+ top-N alternatives): the completions API's echo with logprobs.
   int32_t prompt_logprobs = -1;
-  // Prompt rows (logits or logprobs) are wanted. With prompt_logprobs the prompt is computed whole,
-  // never taken from the prefix cache; prompt_logits rows start after a cached prefix.
-  bool wants_prompt_rows() const { return prompt_logits || prompt_logprobs >= 0; }
+  // Events carry the final hidden states of every prompt position [n, d_model] (after the last
+  // norm), in order over the events: /v1/embeddings pools them.
+  bool prompt_hidden = false;
+  // Prompt rows (logits, logprobs or hidden states) are wanted. With prompt_logprobs the prompt is
+  // computed whole, never taken from the prefix cache; prompt_logits rows start after a cached
+  // prefix.
+  bool wants_prompt_rows() const { return prompt_logits || prompt_logprobs >= 0 || prompt_hidden; }
+  bool wants_prompt_logit_rows() const { return prompt_logits || prompt_logprobs >= 0; }
   // SentencePiece: drop the space a leading '▁' stands for from the first text (a prompt that is
   // only BOS, as llama.cpp prints it).
   bool strip_leading_space = false;
@@ -76,6 +81,9 @@ struct StreamEvent {
   std::vector<float> prompt_logits;
   // With GenerationRequest::prompt_logprobs: prompt tokens 1, 2, ... in order over the events.
   std::vector<TokenLogprob> prompt_logprobs;
+  // With GenerationRequest::prompt_hidden: hidden states [n, d_model] of the next n prompt
+  // positions.
+  std::vector<float> prompt_hidden;
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::string error;          // set when finish_reason == Error

@@ -144,6 +144,14 @@ void DecoderModel::mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
 
 std::span<const float> DecoderModel::logits(const Batch& batch) {
   const ModelConfig& c = config_;
+  const auto H = static_cast<int64_t>(batch.hidden_rows.size());
+  hidden_states_ = {};
+  if (H > 0) {
+    backend_.reserve(hidden_, H * c.d_model);
+    backend_.gather_rows(x_.data(), c.d_model, batch.hidden_rows, hidden_.data());
+    norm(hidden_.data(), weights_.final_norm, weights_.final_norm_bias, hidden_.data(), H);
+    hidden_states_ = backend_.to_host(hidden_.data(), H * c.d_model, host_hidden_);
+  }
   const auto R = static_cast<int64_t>(batch.logit_rows.size());
   if (R == 0) return {};
   backend_.reserve(final_, R * c.d_model);

@@ -36,6 +36,7 @@ class DecoderModel : public Model {
 
  public:
   std::span<const int64_t> expert_load() const override { return expert_load_; }
+  std::span<const float> hidden_states() const override { return hidden_states_; }
 
  protected:
   const ModelWeights& weights_;
@@ -45,6 +46,10 @@ class DecoderModel : public Model {
   // q/attn [T, q_dim], k/v [T, kv_dim], gate/up [T, d_ffn]; final [R, d_model], logits [R, vocab].
   Activations x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_, final_, logits_;
   std::vector<float> host_logits_;  // staging when the backend's memory is not host memory
+  // batch.hidden_rows after the final norm [H, d_model], and their host copy.
+  Activations hidden_;
+  std::vector<float> host_hidden_;
+  std::span<const float> hidden_states_;
   // Mixture of experts: router logits [T, n_experts], the shared expert's gate logits [T], one
   // expert's tokens gathered [n, d_model] and its output [n, d_model]; host copies and routes.
   Activations router_, shared_gate_, expert_x_, expert_out_;

@@ -25,6 +25,9 @@ class Model {
   // Mixture-of-experts models: tokens routed to each expert so far, [n_layers * n_experts]
   // (layer-major); empty for dense models.
   virtual std::span<const int64_t> expert_load() const { return {}; }
+  // The final hidden states (after the last norm, before lm_head) of the last forward's
+  // batch.hidden_rows, [hidden_rows.size(), d_model] in host memory: embeddings.
+  virtual std::span<const float> hidden_states() const { return {}; }
 };
 
 // The forward pass of weights.config.architecture's family.

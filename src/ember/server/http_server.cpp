@@ -10,6 +10,7 @@
 
 #include "ember/core/error.h"
 #include "ember/engine/grammar/grammar_constraint.h"
+#include "ember/server/embeddings_api.h"
 #include "ember/server/error_response.h"
 #include "ember/server/relay.h"
 #include "ember/server/tokenize_api.h"
@@ -200,6 +201,9 @@ void HttpServer::route() {
   http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_json(res, handle_detokenize(tokenizer_, req.body));
   });
+  http_->Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_embeddings(req, res);
+  });
   // llama.cpp's /apply-template: a chat request body -> {"prompt": the rendered text}.
   http_->Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
     auto parsed = parse_request(Endpoint::ChatCompletions, req.body, options_.strict_api);
@@ -244,6 +248,48 @@ void HttpServer::route() {
   http_->set_logger([this](const httplib::Request&, const httplib::Response& res) {
     count_response(res.status);
   });
+}
+
+// Each input runs as a prompt-only request (max_tokens 0) asking for its hidden states; all are
+// queued before any is awaited, so the engine batches them.
+void HttpServer::handle_embeddings(const httplib::Request& http_req, httplib::Response& res) {
+  auto active = std::make_shared<ActiveRequest>(this);
+  if (draining_.load()) throw shutting_down("the server is shutting down");
+  const int64_t d_model = engine_.engine().runner().weights().config.d_model;
+  EmbeddingRequest req =
+      parse_embedding_request(http_req.body, tokenizer_, d_model, engine_.max_request_tokens());
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  int64_t prompt_tokens = 0;
+  try {
+    for (const std::vector<int32_t>& ids : req.inputs) {
+      GenerationRequest g;
+      g.prompt = ids;
+      g.max_tokens = 0;
+      g.prompt_hidden = true;
+      g.sampling.temperature = 0.0f;
+      prompt_tokens += static_cast<int64_t>(ids.size());
+      streams.push_back(engine_.submit(std::move(g)));
+    }
+    std::vector<std::vector<float>> embeddings;
+    for (const auto& stream : streams) {
+      std::vector<float> hidden;
+      for (bool done = false; !done;) {
+        std::optional<StreamEvent> e = stream->pop(1000ms);
+        if (!e) continue;
+        hidden.insert(hidden.end(), e->prompt_hidden.begin(), e->prompt_hidden.end());
+        done = e->finished;
+        if (done && e->finish_reason != FinishReason::Length &&
+            e->finish_reason != FinishReason::Stop) {
+          throw Error(ErrorKind::Internal, "an embedding request did not complete: " + e->error);
+        }
+      }
+      embeddings.push_back(pool_embedding(hidden, d_model, req.mean, req.normalize));
+    }
+    send_json(res, embeddings_response(embeddings, req.base64, options_.model_id, prompt_tokens));
+  } catch (...) {
+    for (const auto& stream : streams) stream->cancel();
+    throw;
+  }
 }
 
 void HttpServer::handle_models(httplib::Response& res) const {

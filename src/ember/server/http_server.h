@@ -99,6 +99,7 @@ class HttpServer {
   // The SSE events for whatever the engine produced since the last call.
   std::string next_events(Relay& relay) const;
   void handle_models(httplib::Response& res) const;
+  void handle_embeddings(const httplib::Request& req, httplib::Response& res);
   void handle_metrics(httplib::Response& res) const;
   void count_response(int status);
 

@@ -84,6 +84,50 @@ TEST_F(LLMEngineTest, ScoringDeliversEveryPromptRowOnceAndGeneratesNothing) {
   }
 }
 
+// Embeddings: the final hidden state of every prompt position, in order and whatever the
+// chunking; each position's logits are its hidden state times lm_head (what the norm fed it).
+TEST_F(LLMEngineTest, PromptHiddenStatesAreWhatTheLogitsAreMadeFrom) {
+  const std::vector<int32_t> p = prompt(20);
+  const ModelConfig& c = model_->weights.config;
+  const auto V = static_cast<size_t>(c.vocab_size), D = static_cast<size_t>(c.d_model);
+  std::vector<float> first;
+  for (int64_t budget : {int64_t{20}, int64_t{7}}) {
+    SCOPED_TRACE("max_batched_tokens " + std::to_string(budget));
+    LLMEngineOptions lo;
+    lo.engine.max_context = 64;
+    lo.scheduler.max_batched_tokens = budget;
+    LLMEngine engine(model_->weights, nullptr, lo);
+    GenerationRequest r;
+    r.prompt = p;
+    r.max_tokens = 0;
+    r.prompt_hidden = true;
+    r.prompt_logits = true;
+    std::vector<float> hidden, logits;
+    for (StreamEvent& e : run(engine, r)) {
+      hidden.insert(hidden.end(), e.prompt_hidden.begin(), e.prompt_hidden.end());
+      logits.insert(logits.end(), e.prompt_logits.begin(), e.prompt_logits.end());
+    }
+    ASSERT_EQ(hidden.size(), p.size() * D);
+    ASSERT_EQ(logits.size(), p.size() * V);
+    if (first.empty()) {
+      first = hidden;
+    } else {
+      for (size_t i = 0; i < hidden.size(); ++i) ASSERT_NEAR(hidden[i], first[i], 1e-4) << i;
+    }
+    const WeightMatrix& head = model_->weights.lm_head;
+    ASSERT_EQ(head.dtype, DType::F32);  // stories260K: f32, rows as stored
+    ASSERT_EQ(head.layout, WeightLayout::Rows);
+    const auto* w = static_cast<const float*>(head.data);
+    for (size_t t = 0; t < p.size(); t += 5) {
+      for (size_t v = 0; v < V; v += 37) {
+        double dot = 0;
+        for (size_t i = 0; i < D; ++i) dot += double(hidden[t * D + i]) * w[v * D + i];
+        EXPECT_NEAR(dot, logits[t * V + v], 1e-3) << "position " << t << " token " << v;
+      }
+    }
+  }
+}
+
 TEST_F(LLMEngineTest, MaxTokensIsDecidedAtArrival) {
   LLMEngineOptions lo;
   lo.engine.max_context = 64;
