@@ -68,6 +68,60 @@ out.concurrent = await Promise.all(runs);
 console.log(JSON.stringify(out));
 )JS";
 
+// The API's newer surface through the official client: a tool round trip (the call forced by
+// tool_choice, its result sent back, an answer), json_schema output, n = 3, logprobs, a stream
+// with usage, and an unknown field refused (the server runs with --strict-api).
+const char* kApiScript = R"JS(
+import OpenAI from 'openai';
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'sk-ember-test', maxRetries: 0, timeout: 60000 });
+const model = 'stories260K';
+const out = {};
+const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
+  parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] }, celsius: { type: 'boolean' } },
+                required: ['city', 'celsius'] } } }];
+const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+const call = await client.chat.completions.create({ model, messages, tools, parallel_tool_calls: false,
+  tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 200, temperature: 0 });
+out.call_finish = call.choices[0].finish_reason;
+out.call = call.choices[0].message.tool_calls?.[0] ?? null;
+if (out.call) {
+  messages.push(call.choices[0].message);
+  messages.push({ role: 'tool', tool_call_id: out.call.id, content: '{"temperature": 21}' });
+  const answer = await client.chat.completions.create({ model, messages, tools, max_tokens: 20, temperature: 0 });
+  out.answer = answer.choices[0].message.content;
+  out.answer_finish = answer.choices[0].finish_reason;
+}
+const schema = { type: 'object', properties: { mood: { enum: ['happy', 'sad'] }, stars: { type: 'integer', minimum: 0 } },
+                 required: ['mood', 'stars'], additionalProperties: false };
+out.schema = schema;
+const structured = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Rate it' }],
+  response_format: { type: 'json_schema', json_schema: { name: 'rating', schema, strict: true } },
+  max_tokens: 100, temperature: 0.7, seed: 5 });
+out.structured = structured.choices[0].message.content;
+out.structured_finish = structured.choices[0].finish_reason;
+const three = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Once upon a time' }],
+  n: 3, max_tokens: 8, temperature: 1.0, seed: 1, logprobs: true, top_logprobs: 2 });
+out.n = three.choices.length;
+out.indexes = three.choices.map(c => c.index);
+out.logprob_tokens = three.choices[0].logprobs.content.length;
+out.top_logprobs = three.choices[0].logprobs.content[0].top_logprobs.length;
+const stream = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Lily' }],
+  max_tokens: 10, temperature: 0, stream: true, stream_options: { include_usage: true } });
+out.stream_text = ''; out.stream_usage = null;
+for await (const chunk of stream) {
+  if (chunk.usage) out.stream_usage = chunk.usage;
+  if (chunk.choices[0]?.delta?.content) out.stream_text += chunk.choices[0].delta.content;
+}
+try {
+  await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], frobnicate: 1 });
+  out.unknown_status = 200;
+} catch (e) {
+  out.unknown_status = e.status;
+  out.unknown_param = e.param ?? null;
+}
+console.log(JSON.stringify(out));
+)JS";
+
 // Installs `openai` into <build dir>/openai-node once; returns "" or why it could not.
 std::string install_openai(const std::filesystem::path& dir) {
   std::string out;
@@ -122,6 +176,55 @@ TEST(ServerOpenAINode, OfficialClientChatStreamCompletionAndConcurrency) {
   for (int i = 0; i < 32; ++i) EXPECT_EQ(r["concurrent"][static_cast<size_t>(i)], 4 + i) << i;
   auto m = test::server_metrics(server.port());
   EXPECT_EQ(m["ember_requests_cancelled_total"], 0);
+}
+
+TEST(ServerOpenAINode, ToolsSchemaChoicesLogprobsUsageAndRefusal) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf").string();
+  EMBER_REQUIRE_FIXTURE(model);
+  auto dir = std::filesystem::path(test::ember_binary()).parent_path() / "openai-node";
+  std::string why = install_openai(dir);
+  if (!why.empty()) GTEST_SKIP() << why;
+  std::ofstream(dir / "api.mjs") << kApiScript;
+  const auto tmpl = std::filesystem::path(EMBER_SOURCE_DIR) /
+                    "tests/chat_templates/templates/qwen2.5-7b-instruct.jinja";
+  test::ServerProcess server("-m " + test::shell_quote(model) +
+                             " -t 2 --strict-api --chat-template " +
+                             test::shell_quote(tmpl.string()));
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  std::string out;
+  int rc = test::run_shell("cd " + test::shell_quote(dir.string()) +
+                               " && timeout 120 node api.mjs " + server.base_url() + "/v1 2>&1",
+                           &out);
+  ASSERT_EQ(rc, 0) << out << "\nserver log:\n" << server.log();
+  json r = json::parse(out, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out;
+  // The call, its result, the answer.
+  EXPECT_EQ(r["call_finish"], "tool_calls") << out;
+  ASSERT_TRUE(r["call"].is_object()) << out;
+  EXPECT_EQ(r["call"]["type"], "function");
+  EXPECT_EQ(r["call"]["function"]["name"], "get_weather");
+  json args = json::parse(r["call"]["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << args;
+  EXPECT_TRUE(args["celsius"].is_boolean()) << args;
+  EXPECT_TRUE(r["answer"].is_string()) << out;
+  // Structured output, validated against its schema.
+  if (r["structured_finish"] == "stop") {
+    json doc = json::parse(r["structured"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(doc.is_object()) << out;
+    EXPECT_TRUE(doc["mood"] == "happy" || doc["mood"] == "sad") << doc;
+    EXPECT_TRUE(doc["stars"].is_number_integer() && doc["stars"].get<int64_t>() >= 0) << doc;
+    EXPECT_EQ(doc.size(), 2u) << doc;
+  } else {
+    ADD_FAILURE() << "the structured reply did not finish within max_tokens: " << out;
+  }
+  EXPECT_EQ(r["n"], 3);
+  EXPECT_EQ(r["indexes"], json({0, 1, 2}));
+  EXPECT_EQ(r["logprob_tokens"], 8);
+  EXPECT_EQ(r["top_logprobs"], 2);
+  EXPECT_EQ(r["stream_usage"]["completion_tokens"], 10) << out;
+  EXPECT_FALSE(r["stream_text"].get<std::string>().empty());
+  EXPECT_EQ(r["unknown_status"], 400);
+  EXPECT_EQ(r["unknown_param"], "frobnicate");
 }
 
 }  // namespace
