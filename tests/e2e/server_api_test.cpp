@@ -78,7 +78,7 @@ TEST_F(ServerApi, HealthModelsAndUnknownRoutes) {
   EXPECT_EQ(models["data"][0]["id"], "stories260K");
   EXPECT_EQ(models["data"][0]["object"], "model");
   expect_error(test::http_get(port_, "/v1/nothing"), 404);
-  expect_error(test::http_post(port_, "/v1/embeddings", "{}"), 404);
+  expect_error(test::http_post(port_, "/v1/audio/speech", "{}"), 404);
   auto metrics = test::http_get(port_, "/metrics");
   EXPECT_EQ(metrics.status, 200);
   EXPECT_NE(metrics.body.find("# TYPE ember_kv_blocks_used gauge"), std::string::npos);
