@@ -385,3 +385,37 @@ TEST(CliRun, Gpt2GgufTokenizesAndGenerates) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// --grammar / --json-schema: whatever the sampler draws, the generated text matches; a bad grammar
+// is one error naming the file and line.
+TEST(CliRunConstrained, GrammarAndJsonSchemaShapeTheOutput) {
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const auto dir = test::scratch_dir("run-grammar");
+  std::ofstream(dir / "g.gbnf") << "root ::= \" \" (\"yes\" | \"no\") \"!\"\n";
+  std::ofstream(dir / "s.json") << R"({"enum": ["red", "green", [1, 2]]})";
+  std::ofstream(dir / "bad.gbnf") << "root ::= \"a\"\nb ::= \"x\" @\n";
+  const std::string m =
+      "run -m " + test::shell_quote(model.string()) + " -p 'Lily said' --temp 1 -n 30";
+  for (int seed = 1; seed <= 3; ++seed) {
+    auto r = test::run_ember(m + " --seed " + std::to_string(seed) + " --grammar " +
+                             test::shell_quote((dir / "g.gbnf").string()));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(r.out == "Lily said yes!\n" || r.out == "Lily said no!\n") << r.out;
+    auto j = test::run_ember(m + " --seed " + std::to_string(seed) + " --json-schema " +
+                             test::shell_quote((dir / "s.json").string()));
+    ASSERT_EQ(j.exit_code, 0) << j.err;
+    const std::string text = j.out.substr(std::string("Lily said").size());
+    const auto v = nlohmann::json::parse(text, nullptr, false);
+    EXPECT_TRUE(v == "red" || v == "green" || v == nlohmann::json({1, 2})) << j.out;
+  }
+  auto bad = test::run_ember(m + " --grammar " + test::shell_quote((dir / "bad.gbnf").string()));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("line 2"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace ember

@@ -9,6 +9,8 @@
 
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
+#include "ember/engine/grammar/grammar_constraint.h"
+#include "ember/engine/grammar/json_schema_grammar.h"
 #include "ember/engine/llm_engine.h"
 
 namespace ember::cli {
@@ -23,6 +25,8 @@ struct RunOptions {
   int64_t n_predict = 256;
   bool no_bos = false;
   bool ignore_eos = false;
+  std::string grammar_file;      // --grammar: GBNF
+  std::string json_schema_file;  // --json-schema
 };
 
 std::string read_file(const std::string& path) {
@@ -31,6 +35,34 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// --grammar / --json-schema: the constraint the generated text must match (null for none).
+std::shared_ptr<TokenConstraint> output_constraint(const RunOptions& o, const Tokenizer& tok) {
+  if (o.grammar_file.empty() && o.json_schema_file.empty()) return nullptr;
+  std::string gbnf;
+  if (!o.grammar_file.empty()) {
+    gbnf = read_file(o.grammar_file);
+  } else {
+    auto schema = nlohmann::ordered_json::parse(read_file(o.json_schema_file), nullptr, false);
+    if (schema.is_discarded())
+      throw Error(ErrorKind::InvalidArgument, "--json-schema: not valid JSON");
+    try {
+      gbnf = grammar::json_schema_to_gbnf(schema);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::InvalidArgument,
+                  "--json-schema " + o.json_schema_file + ": " + e.what());
+    }
+  }
+  grammar::Grammar parsed;
+  try {
+    parsed = grammar::parse_gbnf(gbnf);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::InvalidArgument, "--grammar " + o.grammar_file + ": " + e.what());
+  }
+  auto compiled = std::make_shared<const grammar::CompiledGrammar>(std::move(parsed),
+                                                                   grammar::build_token_trie(tok));
+  return std::make_shared<grammar::GrammarConstraint>(std::move(compiled));
 }
 
 struct RunStats {
@@ -95,6 +127,7 @@ int run_command(const RunOptions& o) {
   req.max_tokens = o.n_predict;
   req.stop_at_context = true;
   req.ignore_eos = o.ignore_eos;
+  req.constraint = output_constraint(o, tok);
   // SentencePiece: the space a leading '▁' stands for is dropped right after BOS.
   req.strip_leading_space = prompt.empty();
   std::shared_ptr<RequestStream> stream = engine.add_request(std::move(req));
@@ -144,6 +177,11 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
   cmd->add_flag("--no-bos", o->no_bos, "Do not prepend BOS");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past EOS");
+  CLI::Option* grammar = cmd->add_option(
+      "--grammar", o->grammar_file, "GBNF file the generated text must match (llama.cpp's format)");
+  cmd->add_option("--json-schema", o->json_schema_file,
+                  "JSON Schema file: the generated text is a JSON value valid against it")
+      ->excludes(grammar);
   return [o] { return run_command(*o); };
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ember/core/error.h"
+#include "ember/core/json_depth.h"
 
 namespace ember {
 
@@ -115,6 +116,7 @@ std::optional<int32_t> HfConfigFields::token_id(const char* key) const {
 
 Json parse_hf_config_json(const std::string& json_text, const std::string& source) {
   Json root;
+  check_json_depth(json_text, source, /*is_file=*/true);
   try {
     root = Json::parse(json_text);
   } catch (const Json::exception& e) {

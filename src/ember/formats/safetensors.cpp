@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "ember/core/error.h"
+#include "ember/core/json_depth.h"
 
 namespace ember {
 
@@ -149,6 +150,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
   }
   const char* header_begin = reinterpret_cast<const char*>(file.data() + 8);
   Json header;
+  check_json_depth(std::string_view(header_begin, header_len), path, /*is_file=*/true);
   try {
     header = Json::parse(header_begin, header_begin + header_len);
   } catch (const nlohmann::json::exception& e) {
@@ -208,6 +210,7 @@ HfCheckpoint open_hf_checkpoint(const std::string& directory) {
     Json j;
     try {
       const char* text = reinterpret_cast<const char*>(index_file.data());
+      check_json_depth(std::string_view(text, index_file.size()), index_path, /*is_file=*/true);
       j = Json::parse(text, text + index_file.size());
     } catch (const nlohmann::json::exception& e) {
       throw Error::in_file(ErrorKind::InvalidFile, index_path,

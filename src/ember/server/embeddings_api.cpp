@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ember/core/json_depth.h"
 #include "ember/tokenizer/tokenizer.h"
 
 namespace ember::server {
@@ -46,6 +47,7 @@ std::vector<int32_t> token_ids(const json& arr, const Tokenizer& tokenizer) {
 
 EmbeddingRequest parse_embedding_request(std::string_view body, const Tokenizer& tokenizer,
                                          int64_t d_model, int64_t max_tokens) {
+  check_json_depth(body, "", /*is_file=*/false);
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     throw Error::invalid_request("", "the request body must be a JSON object");

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "ember/core/json_depth.h"
 #include "ember/engine/grammar/json_schema_grammar.h"
 #include "ember/server/chat_messages.h"
 #include "ember/tokenizer/tokenizer.h"
@@ -372,6 +373,11 @@ ApiRequest parse_object(Endpoint endpoint, const json& body, const nlohmann::ord
 
 std::variant<ApiRequest, Error> parse_request(Endpoint endpoint, std::string_view body,
                                               bool strict) {
+  try {
+    check_json_depth(body, "", /*is_file=*/false);
+  } catch (const Error& e) {
+    return e;
+  }
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Error::invalid_request("", "the request body is not valid JSON");
   if (!j.is_object()) return Error::invalid_request("", "the request body must be a JSON object");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ember/core/error.h"
+#include "ember/core/json_depth.h"
 
 namespace ember {
 namespace {
@@ -12,6 +13,7 @@ namespace {
 using json = nlohmann::json;
 
 json parse_object(std::string_view body, const std::set<std::string>& known) {
+  check_json_depth(body, "", /*is_file=*/false);
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Error::invalid_request("", "the request body is not valid JSON");
   if (!j.is_object()) throw Error::invalid_request("", "the request body must be a JSON object");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "ember/core/error.h"
+#include "ember/core/json_depth.h"
 #include "ember/formats/gguf.h"
 #include "ember/tokenizer/tokenizer.h"
 
@@ -353,8 +354,9 @@ std::string find_chat_template_source(const std::string& model_path, const GgufF
   if (dir.empty()) dir = ".";
   fs::path config = dir / "tokenizer_config.json";
   if (fs::exists(config, ec)) {
-    nlohmann::json j =
-        nlohmann::json::parse(read_text(config), nullptr, /*allow_exceptions=*/false);
+    const std::string text = read_text(config);
+    check_json_depth(text, config.string(), /*is_file=*/true);
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("chat_template")) {
       const nlohmann::json& t = j["chat_template"];
       if (t.is_string()) return is_default ? t.get<std::string>() : std::string();

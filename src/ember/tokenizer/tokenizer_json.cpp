@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ember/core/error.h"
+#include "ember/core/json_depth.h"
 #include "ember/tokenizer/bpe_tokenizer.h"
 #include "ember/tokenizer/byte_level.h"
 #include "ember/tokenizer/pretokenizer.h"
@@ -34,6 +35,7 @@ json read_json(const std::string& path) {
   if (!byte_level::is_valid_utf8(text)) {
     throw Error::in_file(ErrorKind::InvalidFile, path, "file is not valid UTF-8");
   }
+  check_json_depth(text, path, /*is_file=*/true);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
