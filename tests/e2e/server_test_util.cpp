@@ -48,10 +48,11 @@ ServerProcess::ServerProcess(const std::string& args) {
     error_ = "fork failed";
     return;
   }
-  const std::string marker = "listening on http://127.0.0.1:";
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
     std::string text = read_all(log_path_);
+    std::string marker = "listening on http://127.0.0.1:";  // or https:// with --ssl-cert
+    if (text.find(marker) == std::string::npos) marker = "listening on https://127.0.0.1:";
     size_t at = text.find(marker);
     if (at != std::string::npos) {
       size_t end = text.find('\n', at);

@@ -39,6 +39,7 @@ struct ServeOptions {
   std::string api_key;       // --api-key
   std::string api_key_file;  // --api-key-file
   bool strict_api = false;
+  std::string ssl_cert, ssl_key;
   KvOffloadOptions offload;
 };
 
@@ -220,6 +221,8 @@ int serve_command(const ServeOptions& o) {
   http_options.drain_timeout_seconds = o.drain_timeout;
   http_options.api_key = api_key;
   http_options.strict_api = o.strict_api;
+  http_options.ssl_cert = o.ssl_cert;
+  http_options.ssl_key = o.ssl_key;
   if (http_options.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" &&
       o.host != "::1") {
     std::fprintf(stderr,
@@ -257,7 +260,8 @@ int serve_command(const ServeOptions& o) {
                static_cast<long long>(kv.n_blocks * kv.block_size /
                                       std::max<int64_t>(1, engine.engine().max_context())));
   print_serve_plan(model, engine, so, o);
-  std::fprintf(stderr, "listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fprintf(stderr, "listening on %s://%s:%d\n", o.ssl_cert.empty() ? "http" : "https",
+               o.host.c_str(), port);
   std::fflush(stderr);
   http.serve();  // returns once shutdown() has stopped the listener
   served.store(true);
@@ -304,6 +308,8 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key-file", o->api_key_file,
                   "Read the API key from the first line of this file (keeps it out of the process "
                   "list)");
+  cmd->add_option("--ssl-cert", o->ssl_cert, "Serve HTTPS with this PEM certificate (chain)");
+  cmd->add_option("--ssl-key", o->ssl_key, "The PEM private key of --ssl-cert");
   cmd->add_flag("--strict-api", o->strict_api,
                 "Refuse request fields no API knows (400) instead of ignoring them with a warning");
   cmd->add_option("--drain-timeout", o->drain_timeout,

@@ -26,13 +26,31 @@ namespace {
 // httplib 0.11 listens with a backlog of 5: a burst of clients (32 streams at once) overflows it
 // and the kernel drops SYNs, costing the unlucky ones a 1 s retransmit. Linux lets listen() be
 // called again on a listening socket to raise the backlog; this exposes the socket to do that.
-class BacklogServer : public httplib::Server {
+// Plain HTTP or TLS (--ssl-cert/--ssl-key, OpenSSL through cpp-httplib's SSLServer).
+template <class Base>
+class BacklogServer : public Base {
  public:
+  using Base::Base;
   void raise_backlog() {
-    socket_t fd = svr_sock_;
+    socket_t fd = this->svr_sock_;
     if (fd != INVALID_SOCKET) ::listen(fd, SOMAXCONN);
   }
 };
+
+std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& o) {
+  if (o.ssl_cert.empty() != o.ssl_key.empty()) {
+    throw Error(ErrorKind::InvalidArgument, "TLS needs both --ssl-cert and --ssl-key");
+  }
+  if (o.ssl_cert.empty()) return std::make_unique<BacklogServer<httplib::Server>>();
+  auto tls =
+      std::make_unique<BacklogServer<httplib::SSLServer>>(o.ssl_cert.c_str(), o.ssl_key.c_str());
+  if (!tls->is_valid()) {
+    throw Error(ErrorKind::InvalidArgument,
+                "cannot load the TLS certificate '" + o.ssl_cert + "' and key '" + o.ssl_key +
+                    "' (PEM files; the key must match the certificate)");
+  }
+  return tls;
+}
 
 void send(httplib::Response& res, const ErrorResponse& e) {
   res.status = e.status;
@@ -78,7 +96,7 @@ HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemp
       chat_template_(std::move(chat_template)),
       tool_format_(tool_call_format_for_template(chat_template_.source())),
       options_(std::move(options)),
-      http_(std::make_unique<BacklogServer>()),
+      http_(make_http_server(options_)),
       created_(static_cast<int64_t>(std::time(nullptr))) {
   for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
     max_piece_bytes_ = std::max(max_piece_bytes_, tokenizer_.token_bytes(id).size());
@@ -474,7 +492,11 @@ int HttpServer::bind() {
     throw Error("cannot bind " + options_.host + ":" + std::to_string(port) +
                 " (address in use or not available)");
   }
-  static_cast<BacklogServer&>(*http_).raise_backlog();
+  if (options_.ssl_cert.empty()) {
+    static_cast<BacklogServer<httplib::Server>&>(*http_).raise_backlog();
+  } else {
+    static_cast<BacklogServer<httplib::SSLServer>&>(*http_).raise_backlog();
+  }
   return port;
 }
 

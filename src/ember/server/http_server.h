@@ -45,6 +45,9 @@ struct ServerOptions {
   std::string api_key;
   // Refuse (400) request fields that no API knows instead of ignoring them with a warning.
   bool strict_api = false;
+  // TLS: PEM certificate (chain) and private key; both empty: plain HTTP.
+  std::string ssl_cert;
+  std::string ssl_key;
 };
 
 class HttpServer {
