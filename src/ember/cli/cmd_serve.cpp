@@ -40,6 +40,8 @@ struct ServeOptions {
   std::string api_key_file;  // --api-key-file
   bool strict_api = false;
   std::string ssl_cert, ssl_key;
+  std::vector<std::string> cors_origins;
+  std::string max_body = "16MiB";
   KvOffloadOptions offload;
 };
 
@@ -223,6 +225,11 @@ int serve_command(const ServeOptions& o) {
   http_options.strict_api = o.strict_api;
   http_options.ssl_cert = o.ssl_cert;
   http_options.ssl_key = o.ssl_key;
+  http_options.cors_origins = o.cors_origins;
+  const int64_t max_body = parse_byte_size(o.max_body);
+  if (max_body < 1024)
+    throw Error::invalid_request("--max-body", "--max-body must be at least 1KiB");
+  http_options.max_body_bytes = static_cast<size_t>(max_body);
   if (http_options.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" &&
       o.host != "::1") {
     std::fprintf(stderr,
@@ -308,6 +315,11 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key-file", o->api_key_file,
                   "Read the API key from the first line of this file (keeps it out of the process "
                   "list)");
+  cmd->add_option(
+      "--cors-origin", o->cors_origins,
+      "Let pages of this origin call the server (CORS; repeat for several, '*' for any)");
+  cmd->add_option("--max-body", o->max_body, "Largest request body (413 beyond)")
+      ->capture_default_str();
   cmd->add_option("--ssl-cert", o->ssl_cert, "Serve HTTPS with this PEM certificate (chain)");
   cmd->add_option("--ssl-key", o->ssl_key, "The PEM private key of --ssl-cert");
   cmd->add_flag("--strict-api", o->strict_api,

@@ -54,6 +54,8 @@ std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& o) {
 
 void send(httplib::Response& res, const ErrorResponse& e) {
   res.status = e.status;
+  // A full queue or a draining server: worth retrying shortly.
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
   res.set_content(dump_json(e.body), "application/json");
 }
 
@@ -167,10 +169,18 @@ std::string HttpServer::refused_origin(const httplib::Request& req) const {
     return "Host '" + host + "' is not this loopback server's address";
   }
   const std::string origin = req.get_header_value("Origin");
-  if (!origin.empty() && origin != "null" && !is_loopback_host(origin_host(origin))) {
-    return "requests from pages of '" + origin + "' are not accepted";
+  if (!origin.empty() && origin != "null" && !is_loopback_host(origin_host(origin)) &&
+      !cors_allows(origin)) {
+    return "requests from pages of '" + origin + "' are not accepted (--cors-origin allows some)";
   }
   return "";
+}
+
+bool HttpServer::cors_allows(const std::string& origin) const {
+  for (const std::string& allowed : options_.cors_origins) {
+    if (allowed == "*" || allowed == origin) return true;
+  }
+  return false;
 }
 
 bool HttpServer::authorized(const httplib::Request& req) const {
@@ -184,6 +194,20 @@ bool HttpServer::authorized(const httplib::Request& req) const {
 void HttpServer::route() {
   // --api-key: checked before routing, so no endpoint (or unknown path) answers without it.
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // CORS (off unless --cors-origin): an allowed page's origin is echoed on every response, and
+    // its preflight (OPTIONS, sent without credentials) is answered before the key check.
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin.empty() && cors_allows(origin)) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+      if (req.method == "OPTIONS") {
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Max-Age", "600");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (const std::string why = refused_origin(req); !why.empty()) {
       res.status = 403;
       res.set_content(dump_json(json{{"error",

@@ -38,13 +38,16 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                      // 0: any free port (see bind())
   std::string model_id = "ember";       // what /v1/models lists and responses echo
-  size_t max_body_bytes = 32u << 20;    // larger bodies get 413 before any parsing
+  size_t max_body_bytes = 16u << 20;    // larger bodies get 413 before any parsing (--max-body)
   int http_threads = 0;                 // 0: enough for every running + waiting request
   double drain_timeout_seconds = 10.0;  // on shutdown, how long in-flight requests may finish
   // Non-empty: every endpoint but /health wants `Authorization: Bearer <api_key>` (401 otherwise).
   std::string api_key;
   // Refuse (400) request fields that no API knows instead of ignoring them with a warning.
   bool strict_api = false;
+  // Origins whose pages may call the server (CORS; "*" for any); empty: CORS off, and a loopback
+  // server refuses requests from other sites' pages.
+  std::vector<std::string> cors_origins;
   // TLS: PEM certificate (chain) and private key; both empty: plain HTTP.
   std::string ssl_cert;
   std::string ssl_key;
@@ -82,6 +85,7 @@ class HttpServer {
   // Why a request to a loopback-bound server is refused (its Host or Origin is not loopback), or
   // "" to serve it.
   std::string refused_origin(const httplib::Request& req) const;
+  bool cors_allows(const std::string& origin) const;
   // A generation request end to end; every refusal or failure on the way is an ember::Error
   // that becomes one OpenAI-style error response.
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
