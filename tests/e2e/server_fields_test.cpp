@@ -57,7 +57,13 @@ TEST(ServerFields, MetricsUnderVllmNamesAndModelsWithTheContext) {
       test::post_json(server.port(), "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 5}})
           .status,
       200);
-  const std::string m = test::http_get(server.port(), "/metrics").body;
+  // The gauges settle at the end of the engine step that finished the request.
+  std::string m;
+  for (int i = 0; i < 100; ++i) {
+    m = test::http_get(server.port(), "/metrics").body;
+    if (m.find("vllm:num_requests_running{model_name=\"tiny\"} 0") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   for (const char* line :
        {"vllm:num_requests_running{model_name=\"tiny\"} 0",
         "vllm:generation_tokens_total{model_name=\"tiny\"} 5",
