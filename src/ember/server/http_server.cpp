@@ -18,6 +18,8 @@
 
 namespace ember::server {
 
+extern const char* const kChatPageHtml;  // generated from web/chat.html (cmake/embed_file.cmake)
+
 using nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -184,7 +186,7 @@ bool HttpServer::cors_allows(const std::string& origin) const {
 }
 
 bool HttpServer::authorized(const httplib::Request& req) const {
-  if (options_.api_key.empty() || req.path == "/health") return true;
+  if (options_.api_key.empty() || req.path == "/health" || req.path == "/") return true;
   const std::string header = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
   const std::string given = header.rfind(prefix, 0) == 0 ? header.substr(prefix.size()) : "";
@@ -256,6 +258,14 @@ void HttpServer::route() {
   });
   http_->Get("/v1/models",
              [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
+  // The chat page (web/chat.html, compiled in): served without the API key, which it asks for.
+  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("Content-Security-Policy",
+                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                   "connect-src 'self'");
+    res.set_content(kChatPageHtml, "text/html; charset=utf-8");
+  });
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_.load()) {
       res.status = 503;
