@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
-  python3-numpy python3-jinja2 python3-jsonschema openssl
+  python3-numpy python3-jinja2 python3-jsonschema openssl chromium
 )
 missing=()
 for p in "${packages[@]}"; do

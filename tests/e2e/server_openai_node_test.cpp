@@ -122,25 +122,8 @@ try {
 console.log(JSON.stringify(out));
 )JS";
 
-// Installs `openai` into <build dir>/openai-node once; returns "" or why it could not.
 std::string install_openai(const std::filesystem::path& dir) {
-  std::string out;
-  if (test::run_shell("node --version 2>/dev/null", &out) != 0) return "node is not installed";
-  if (test::run_shell("npm --version 2>/dev/null", &out) != 0) return "npm is not installed";
-  if (std::filesystem::exists(dir / "node_modules/openai/package.json")) return "";
-  std::filesystem::create_directories(dir);
-  if (!std::filesystem::exists(dir / "package.json")) {
-    std::ofstream(dir / "package.json") << R"({"name": "ember-openai-test", "private": true})";
-  }
-  int rc =
-      test::run_shell("cd " + test::shell_quote(dir.string()) +
-                          " && timeout 180 npm install --no-audit --no-fund --loglevel=error openai"
-                          " 2>&1",
-                      &out);
-  if (rc != 0 || !std::filesystem::exists(dir / "node_modules/openai/package.json")) {
-    return "npm install openai failed (offline?): " + out;
-  }
-  return "";
+  return test::npm_install(dir, "openai");
 }
 
 TEST(ServerOpenAINode, OfficialClientChatStreamCompletionAndConcurrency) {

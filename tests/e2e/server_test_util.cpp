@@ -179,4 +179,23 @@ std::string ember_run_greedy(const std::string& model, const std::string& prompt
   return out;
 }
 
+std::string npm_install(const std::filesystem::path& dir, const std::string& package) {
+  std::string out;
+  if (run_shell("node --version 2>/dev/null", &out) != 0) return "node is not installed";
+  if (run_shell("npm --version 2>/dev/null", &out) != 0) return "npm is not installed";
+  if (std::filesystem::exists(dir / "node_modules" / package / "package.json")) return "";
+  std::filesystem::create_directories(dir);
+  if (!std::filesystem::exists(dir / "package.json")) {
+    std::ofstream(dir / "package.json") << R"({"name": "ember-node-tests", "private": true})";
+  }
+  int rc = run_shell("cd " + shell_quote(dir.string()) +
+                         " && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
+                         package + " 2>&1",
+                     &out);
+  if (rc != 0 || !std::filesystem::exists(dir / "node_modules" / package / "package.json")) {
+    return "npm install " + package + " failed (offline?): " + out;
+  }
+  return "";
+}
+
 }  // namespace ember::test

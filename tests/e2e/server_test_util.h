@@ -45,6 +45,9 @@ struct HttpResult {
 };
 
 HttpResult http_get(int port, const std::string& path);
+// Installs the npm `package` into `dir` (the build tree's node project) once; returns "" or why
+// it could not (no node/npm, offline), for a GTEST_SKIP.
+std::string npm_install(const std::filesystem::path& dir, const std::string& package);
 HttpResult http_post(int port, const std::string& path, const std::string& body);
 inline HttpResult post_json(int port, const std::string& path, const nlohmann::json& body) {
   return http_post(port, path, body.dump());
