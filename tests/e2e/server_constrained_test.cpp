@@ -170,7 +170,7 @@ TEST_F(ServerConstrained, WhatCannotBeEnforcedIsRefused) {
   EXPECT_EQ(
       err("/v1/completions", {{"prompt", "x"}, {"grammar", "root ::= undefined-rule"}})["param"],
       "grammar");
-  const json bad_schema = {{"type", "string"}, {"pattern", "a+"}};
+  const json bad_schema = {{"type", "string"}, {"pattern", "(a)\\1"}};
   const json format = {{"type", "json_schema"},
                        {"json_schema", {{"name", "s"}, {"schema", bad_schema}}}};
   json e = err("/v1/chat/completions", {{"messages", kUser}, {"response_format", format}});

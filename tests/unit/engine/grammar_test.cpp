@@ -226,10 +226,39 @@ TEST_F(GrammarVocab, SampledJsonSchemaOutputsValidate) {
               "zip": {"type": "string", "maxLength": 5}}, "required": ["city"]}}
   })",
                       40);
+  sample_and_validate(trie_, R"({"type": "object", "properties": {
+      "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{2,4}$"},
+      "word": {"type": "string", "pattern": "^(?:yes|no|maybe)!?$"},
+      "free": {"type": "string", "pattern": "^x[^\"]{1,3}y$"}}, "required": ["code", "word", "free"]})",
+                      20);
   sample_and_validate(trie_, R"({"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3,
     "$defs": {"node": {"type": "object", "properties": {"v": {"const": "leaf"},
               "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}}, "required": ["v"]}}})",
                       15);
+}
+
+// A schema's pattern, matched against JSON string literals (the text between the quotes is
+// JSON-escaped: a '"' in the value is \" in the document).
+TEST(JsonSchemaGrammar, PatternsMatchLikeTheRegex) {
+  auto g = [](const std::string& pattern) {
+    return parse_gbnf(json_schema_to_gbnf({{"type", "string"}, {"pattern", pattern}}));
+  };
+  Grammar phone = g("^\\+?[0-9]{1,3}-\\d{3}-\\d{4}$");
+  EXPECT_TRUE(matches(phone, R"("+1-555-1234")"));
+  EXPECT_TRUE(matches(phone, R"("44-555-1234")"));
+  EXPECT_FALSE(matches(phone, R"("+1-55-1234")"));
+  EXPECT_FALSE(matches(phone, R"("x+1-555-1234")"));
+  Grammar alt = g("^(?:cat|dog)s?$");
+  EXPECT_TRUE(matches(alt, R"("dogs")"));
+  EXPECT_TRUE(matches(alt, R"("cat")"));
+  EXPECT_FALSE(matches(alt, R"("cow")"));
+  Grammar unanchored = g("ab");  // a search: anything around it
+  EXPECT_TRUE(matches(unanchored, R"("xxabyy")"));
+  EXPECT_FALSE(matches(unanchored, R"("xxayby")"));
+  Grammar escapes = g("^[^a-z]\"\\\\.$");  // one non-lowercase, a quote, a backslash, anything
+  EXPECT_TRUE(matches(escapes, R"("Q\"\\é")"));
+  EXPECT_FALSE(matches(escapes, R"("q\"\\é")"));
+  EXPECT_FALSE(matches(escapes, R"("Q"\\é")")) << "a bare quote ends the JSON string";
 }
 
 TEST(JsonSchemaGrammar, RefusesWhatItCannotEnforce) {
@@ -241,7 +270,7 @@ TEST(JsonSchemaGrammar, RefusesWhatItCannotEnforce) {
     }
     return std::string("<accepted>");
   };
-  EXPECT_NE(error_of(R"({"type": "string", "pattern": "^a+$"})").find("'pattern'"),
+  EXPECT_NE(error_of(R"({"type": "string", "pattern": "^(a)\\1$"})").find("backreferences"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"type": "integer", "maximum": 5})").find("'maximum'"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "string", "format": "email"})").find("'email'"),

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "ember/core/error.h"
+#include "ember/engine/grammar/regex_grammar.h"
 
 namespace ember::grammar {
 
@@ -123,7 +124,7 @@ std::string JsonSchemaGrammar::visit(const ojson& schema, const std::string& hin
                                                   "oneOf",     "allOf",
                                                   "$ref",      "minLength",
                                                   "maxLength", "format",
-                                                  "minimum",   "exclusiveMinimum",
+                                                  "minimum",   "exclusiveMinimum", "pattern",
                                                   "strict"};
     if (!handled.count(it.key()) && !is_keyword_ignored(it.key())) {
       refuse("keyword '" + it.key() + "' is not supported");
@@ -259,6 +260,12 @@ std::string JsonSchemaGrammar::array_rule(const ojson& schema, const std::string
 }
 
 std::string JsonSchemaGrammar::string_rule(const ojson& schema, const std::string&) {
+  if (schema.contains("pattern")) {
+    if (schema.contains("format") || schema.contains("minLength") || schema.contains("maxLength")) {
+      refuse("'pattern' together with 'format' / 'minLength' / 'maxLength' is not supported");
+    }
+    return "\"\\\"\" " + regex_to_gbnf(schema["pattern"].get<std::string>()) + " \"\\\"\"";
+  }
   if (schema.contains("format")) {
     const std::string f = schema["format"];
     if (f == "date") return R"("\"" json-date "\"")";

@@ -5,7 +5,8 @@
 //   order, optional ones omittable; additionalProperties as a schema when there are no declared
 //   properties), items, minItems / maxItems, enum, const, anyOf / oneOf (as anyOf), allOf of one,
 //   $ref to #/$defs/... or #/definitions/... (recursion allowed), string minLength / maxLength,
-//   formats date, time, date-time and uuid, minimum 0 / exclusiveMinimum 0 on numbers.
+//   formats date, time, date-time and uuid, pattern (regex_grammar.h), minimum 0 /
+//   exclusiveMinimum 0 on numbers.
 //   Ignored (do not constrain): title, description, examples, default, $schema, $id, $comment.
 #pragma once
 
