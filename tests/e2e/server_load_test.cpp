@@ -230,7 +230,7 @@ void disconnect_mid_stream(int port) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   std::string body = json({{"prompt", "Once upon a time"},
-                           {"max_tokens", 490},
+                           {"max_tokens", 2000},
                            {"ignore_eos", true},
                            {"stream", true}})
                          .dump();
@@ -252,7 +252,8 @@ void disconnect_mid_stream(int port) {
 
 TEST(ServerLoad, ClientDisconnectCancelsAndFreesBlocks) {
   EMBER_REQUIRE_FIXTURE(stories_model());
-  // One thread and small steps keep the 490-token request running long after the client left.
+  // One thread and small steps keep the 2000-token request running long after the client left
+  // (490 tokens could finish before the server's next write noticed, on a fast AVX-512 machine).
   test::ServerProcess server("-m " + test::shell_quote(stories_model()) +
                              " -t 1 --max-batched-tokens 16");
   ASSERT_TRUE(server.ready()) << server.startup_error();
@@ -263,7 +264,7 @@ TEST(ServerLoad, ClientDisconnectCancelsAndFreesBlocks) {
            pool_is_idle(m);
   })) << test::http_get(server.port(), "/metrics").body;
   auto m = test::server_metrics(server.port());
-  EXPECT_LT(m["ember_generation_tokens_total"], 490) << "the request should have stopped early";
+  EXPECT_LT(m["ember_generation_tokens_total"], 2000) << "the request should have stopped early";
   // The server still serves.
   auto ok = test::post_json(server.port(), "/v1/completions", {{"prompt", "a"}, {"max_tokens", 3}});
   EXPECT_EQ(ok.status, 200) << ok.body;
