@@ -249,171 +249,185 @@ int64_t length_of(const Value& v) {
 
 using FilterFn = std::function<Value(const Value&, const CallArgs&)>;
 
-const std::map<std::string, FilterFn>& filters() {
-  static const std::map<std::string, FilterFn> table = [] {
-    std::map<std::string, FilterFn> t;
-    auto str_method = [](const char* method) {
-      return [method](const Value& v, const CallArgs& a) {
-        return get_attribute(Value(v.str()), method).as_callable().call(a);
-      };
+using FilterTable = std::map<std::string, FilterFn>;
+
+// trim, upper, lower, title, capitalize, replace, tojson, length/count, string, safe, escape/e,
+// indent, format, wordcount.
+void add_text_filters(FilterTable& t) {
+  auto str_method = [](const char* method) {
+    return [method](const Value& v, const CallArgs& a) {
+      return get_attribute(Value(v.str()), method).as_callable().call(a);
     };
-    t["trim"] = [](const Value& v, const CallArgs& a) {
-      const Value* chars = a.get(0, "chars");
-      return Value(python_strip(
-          v.str(),
-          chars && chars->is_string() ? std::string_view(chars->as_string()) : " \t\n\r\v\f", true,
-          true));
-    };
-    t["upper"] = str_method("upper");
-    t["lower"] = str_method("lower");
-    t["title"] = str_method("title");
-    t["capitalize"] = str_method("capitalize");
-    t["replace"] = [](const Value& v, const CallArgs& a) {
-      return get_attribute(Value(v.str()), "replace").as_callable().call(a);
-    };
-    t["tojson"] = tojson;
-    t["length"] = [](const Value& v, const CallArgs&) { return Value(length_of(v)); };
-    t["count"] = t["length"];
-    t["string"] = [](const Value& v, const CallArgs&) { return Value(v.str()); };
-    t["safe"] = [](const Value& v, const CallArgs&) { return Value::markup(v.str()); };
-    t["escape"] = [](const Value& v, const CallArgs&) {
-      return v.is_markup() ? v : Value::markup(html_escape(v.str()));
-    };
-    t["e"] = t["escape"];
-    t["list"] = [](const Value& v, const CallArgs&) { return Value(iterate(v)); };
-    t["items"] = [](const Value& v, const CallArgs&) {
-      if (v.is_undefined()) return Value(List{});
-      if (!v.is_dict()) fail("items filter needs a mapping");
-      return get_attribute(v, "items").as_callable().call({});
-    };
-    t["join"] = [](const Value& v, const CallArgs& a) {
-      std::string sep = a.get(0, "d") ? a.get(0, "d")->str() : "";
-      const Value* attr = a.get(1, "attribute");
-      std::string out;
-      bool first = true;
-      for (const Value& item : iterate(v)) {
-        if (!first) out += sep;
-        out += (attr ? attribute_path(item, attr->str()) : item).str();
-        first = false;
+  };
+  t["trim"] = [](const Value& v, const CallArgs& a) {
+    const Value* chars = a.get(0, "chars");
+    return Value(python_strip(
+        v.str(), chars && chars->is_string() ? std::string_view(chars->as_string()) : " \t\n\r\v\f",
+        true, true));
+  };
+  t["upper"] = str_method("upper");
+  t["lower"] = str_method("lower");
+  t["title"] = str_method("title");
+  t["capitalize"] = str_method("capitalize");
+  t["replace"] = [](const Value& v, const CallArgs& a) {
+    return get_attribute(Value(v.str()), "replace").as_callable().call(a);
+  };
+  t["tojson"] = tojson;
+  t["length"] = [](const Value& v, const CallArgs&) { return Value(length_of(v)); };
+  t["count"] = t["length"];
+  t["string"] = [](const Value& v, const CallArgs&) { return Value(v.str()); };
+  t["safe"] = [](const Value& v, const CallArgs&) { return Value::markup(v.str()); };
+  t["escape"] = [](const Value& v, const CallArgs&) {
+    return v.is_markup() ? v : Value::markup(html_escape(v.str()));
+  };
+  t["e"] = t["escape"];
+  t["indent"] = [](const Value& v, const CallArgs& a) { return indent_filter(v.str(), a); };
+  t["format"] = [](const Value& v, const CallArgs& a) { return percent_format(v.str(), a); };
+  t["wordcount"] = [](const Value& v, const CallArgs&) {
+    return Value(static_cast<int64_t>(
+        get_attribute(Value(v.str()), "split").as_callable().call({}).as_list().size()));
+  };
+}
+
+// list, items, join, default/d, first, last, reverse, map, select/reject(attr), sort, min, max,
+// unique, attr, dictsort.
+void add_sequence_filters(FilterTable& t) {
+  t["list"] = [](const Value& v, const CallArgs&) { return Value(iterate(v)); };
+  t["items"] = [](const Value& v, const CallArgs&) {
+    if (v.is_undefined()) return Value(List{});
+    if (!v.is_dict()) fail("items filter needs a mapping");
+    return get_attribute(v, "items").as_callable().call({});
+  };
+  t["join"] = [](const Value& v, const CallArgs& a) {
+    std::string sep = a.get(0, "d") ? a.get(0, "d")->str() : "";
+    const Value* attr = a.get(1, "attribute");
+    std::string out;
+    bool first = true;
+    for (const Value& item : iterate(v)) {
+      if (!first) out += sep;
+      out += (attr ? attribute_path(item, attr->str()) : item).str();
+      first = false;
+    }
+    return Value(std::move(out));
+  };
+  t["default"] = [](const Value& v, const CallArgs& a) {
+    const Value* fallback = a.get(0, "default_value");
+    bool boolean = flag(a, 1, "boolean", false);
+    if (v.is_undefined() || (boolean && !v.truthy())) return fallback ? *fallback : Value("");
+    return v;
+  };
+  t["d"] = t["default"];
+  t["first"] = [](const Value& v, const CallArgs&) {
+    List items = iterate(v);
+    return items.empty() ? Value::undefined("first") : items.front();
+  };
+  t["last"] = [](const Value& v, const CallArgs&) {
+    List items = iterate(v);
+    return items.empty() ? Value::undefined("last") : items.back();
+  };
+  t["reverse"] = [](const Value& v, const CallArgs&) {
+    if (v.is_string()) return get_slice(v, std::nullopt, std::nullopt, -1);
+    List items = iterate(v);
+    std::reverse(items.begin(), items.end());
+    return Value(std::move(items));
+  };
+  t["map"] = map_filter;
+  t["select"] = [](const Value& v, const CallArgs& a) { return select_filter(v, a, false, true); };
+  t["reject"] = [](const Value& v, const CallArgs& a) { return select_filter(v, a, false, false); };
+  t["selectattr"] = [](const Value& v, const CallArgs& a) {
+    return select_filter(v, a, true, true);
+  };
+  t["rejectattr"] = [](const Value& v, const CallArgs& a) {
+    return select_filter(v, a, true, false);
+  };
+  t["sort"] = sort_filter;
+  t["min"] = [](const Value& v, const CallArgs& a) { return min_max(v, a, false); };
+  t["max"] = [](const Value& v, const CallArgs& a) { return min_max(v, a, true); };
+  t["unique"] = [](const Value& v, const CallArgs& a) {
+    bool case_sensitive = flag(a, 0, "case_sensitive", false);
+    List out, seen;
+    for (const Value& item : iterate(v)) {
+      Value key = sort_key(item, case_sensitive);
+      if (std::none_of(seen.begin(), seen.end(),
+                       [&](const Value& s) { return values_equal(s, key); })) {
+        seen.push_back(key);
+        out.push_back(item);
       }
-      return Value(std::move(out));
-    };
-    t["default"] = [](const Value& v, const CallArgs& a) {
-      const Value* fallback = a.get(0, "default_value");
-      bool boolean = flag(a, 1, "boolean", false);
-      if (v.is_undefined() || (boolean && !v.truthy())) return fallback ? *fallback : Value("");
-      return v;
-    };
-    t["d"] = t["default"];
-    t["first"] = [](const Value& v, const CallArgs&) {
-      List items = iterate(v);
-      return items.empty() ? Value::undefined("first") : items.front();
-    };
-    t["last"] = [](const Value& v, const CallArgs&) {
-      List items = iterate(v);
-      return items.empty() ? Value::undefined("last") : items.back();
-    };
-    t["reverse"] = [](const Value& v, const CallArgs&) {
-      if (v.is_string()) return get_slice(v, std::nullopt, std::nullopt, -1);
-      List items = iterate(v);
-      std::reverse(items.begin(), items.end());
-      return Value(std::move(items));
-    };
-    t["map"] = map_filter;
-    t["select"] = [](const Value& v, const CallArgs& a) {
-      return select_filter(v, a, false, true);
-    };
-    t["reject"] = [](const Value& v, const CallArgs& a) {
-      return select_filter(v, a, false, false);
-    };
-    t["selectattr"] = [](const Value& v, const CallArgs& a) {
-      return select_filter(v, a, true, true);
-    };
-    t["rejectattr"] = [](const Value& v, const CallArgs& a) {
-      return select_filter(v, a, true, false);
-    };
-    t["sort"] = sort_filter;
-    t["min"] = [](const Value& v, const CallArgs& a) { return min_max(v, a, false); };
-    t["max"] = [](const Value& v, const CallArgs& a) { return min_max(v, a, true); };
-    t["unique"] = [](const Value& v, const CallArgs& a) {
-      bool case_sensitive = flag(a, 0, "case_sensitive", false);
-      List out, seen;
-      for (const Value& item : iterate(v)) {
-        Value key = sort_key(item, case_sensitive);
-        if (std::none_of(seen.begin(), seen.end(),
-                         [&](const Value& s) { return values_equal(s, key); })) {
-          seen.push_back(key);
-          out.push_back(item);
-        }
-      }
-      return Value(std::move(out));
-    };
-    t["sum"] = [](const Value& v, const CallArgs& a) {
-      const Value* attr = a.get(0, "attribute");
-      const Value* start = a.get(1, "start");
-      Value total = start ? *start : Value(int64_t{0});
-      for (const Value& item : iterate(v)) {
-        Value x = attr && !attr->is_none() ? attribute_path(item, attr->str()) : item;
-        if (!x.is_number() || !total.is_number()) fail("sum() needs numbers");
-        total = total.is_float() || x.is_float() ? Value(total.as_double() + x.as_double())
-                                                 : Value(total.as_int() + x.as_int());
-      }
-      return total;
-    };
-    t["abs"] = [](const Value& v, const CallArgs&) {
-      if (!v.is_number()) fail("abs() needs a number");
-      return v.is_float() ? Value(std::fabs(v.as_double()))
-                          : Value(static_cast<int64_t>(std::llabs(v.as_int())));
-    };
-    t["int"] = [](const Value& v, const CallArgs& a) {
-      const Value* fallback = a.get(0, "default");
-      if (v.is_number()) return Value(static_cast<int64_t>(v.as_double()));
-      try {
-        if (v.is_string()) return Value(static_cast<int64_t>(std::stoll(v.as_string())));
-      } catch (const std::exception&) {
-      }
-      return fallback ? *fallback : Value(int64_t{0});
-    };
-    t["float"] = [](const Value& v, const CallArgs& a) {
-      const Value* fallback = a.get(0, "default");
-      if (v.is_number()) return Value(v.as_double());
-      try {
-        if (v.is_string()) return Value(std::stod(v.as_string()));
-      } catch (const std::exception&) {
-      }
-      return fallback ? *fallback : Value(0.0);
-    };
-    t["round"] = [](const Value& v, const CallArgs& a) {
-      int64_t precision = a.get(0, "precision") ? a.get(0, "precision")->as_int() : 0;
-      std::string method = a.get(1, "method") ? a.get(1, "method")->str() : "common";
-      double scale = std::pow(10.0, static_cast<double>(precision));
-      double x = v.as_double() * scale;
-      x = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x) : std::nearbyint(x);
-      return Value(x / scale);
-    };
-    t["indent"] = [](const Value& v, const CallArgs& a) { return indent_filter(v.str(), a); };
-    t["format"] = [](const Value& v, const CallArgs& a) { return percent_format(v.str(), a); };
-    t["wordcount"] = [](const Value& v, const CallArgs&) {
-      return Value(static_cast<int64_t>(
-          get_attribute(Value(v.str()), "split").as_callable().call({}).as_list().size()));
-    };
-    t["attr"] = [](const Value& v, const CallArgs& a) {
-      const Value* name = a.get(0, "name");
-      return name ? get_attribute(v, name->str()) : Value::undefined("attr");
-    };
-    t["dictsort"] = [](const Value& v, const CallArgs& a) {
-      if (!v.is_dict()) fail("dictsort needs a mapping");
-      bool case_sensitive = flag(a, 0, "case_sensitive", false);
-      bool by_value = a.get(1, "by") && a.get(1, "by")->str() == "value";
-      bool reverse = flag(a, 2, "reverse", false);
-      List items = get_attribute(v, "items").as_callable().call({}).as_list();
-      std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
-        Value kx = sort_key(x.as_list()[by_value ? 1 : 0], case_sensitive);
-        Value ky = sort_key(y.as_list()[by_value ? 1 : 0], case_sensitive);
-        return reverse ? value_less(ky, kx) : value_less(kx, ky);
-      });
-      return Value(std::move(items));
-    };
+    }
+    return Value(std::move(out));
+  };
+  t["attr"] = [](const Value& v, const CallArgs& a) {
+    const Value* name = a.get(0, "name");
+    return name ? get_attribute(v, name->str()) : Value::undefined("attr");
+  };
+  t["dictsort"] = [](const Value& v, const CallArgs& a) {
+    if (!v.is_dict()) fail("dictsort needs a mapping");
+    bool case_sensitive = flag(a, 0, "case_sensitive", false);
+    bool by_value = a.get(1, "by") && a.get(1, "by")->str() == "value";
+    bool reverse = flag(a, 2, "reverse", false);
+    List items = get_attribute(v, "items").as_callable().call({}).as_list();
+    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+      Value kx = sort_key(x.as_list()[by_value ? 1 : 0], case_sensitive);
+      Value ky = sort_key(y.as_list()[by_value ? 1 : 0], case_sensitive);
+      return reverse ? value_less(ky, kx) : value_less(kx, ky);
+    });
+    return Value(std::move(items));
+  };
+}
+
+// sum, abs, int, float, round.
+void add_number_filters(FilterTable& t) {
+  t["sum"] = [](const Value& v, const CallArgs& a) {
+    const Value* attr = a.get(0, "attribute");
+    const Value* start = a.get(1, "start");
+    Value total = start ? *start : Value(int64_t{0});
+    for (const Value& item : iterate(v)) {
+      Value x = attr && !attr->is_none() ? attribute_path(item, attr->str()) : item;
+      if (!x.is_number() || !total.is_number()) fail("sum() needs numbers");
+      total = total.is_float() || x.is_float() ? Value(total.as_double() + x.as_double())
+                                               : Value(total.as_int() + x.as_int());
+    }
+    return total;
+  };
+  t["abs"] = [](const Value& v, const CallArgs&) {
+    if (!v.is_number()) fail("abs() needs a number");
+    return v.is_float() ? Value(std::fabs(v.as_double()))
+                        : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+  };
+  t["int"] = [](const Value& v, const CallArgs& a) {
+    const Value* fallback = a.get(0, "default");
+    if (v.is_number()) return Value(static_cast<int64_t>(v.as_double()));
+    try {
+      if (v.is_string()) return Value(static_cast<int64_t>(std::stoll(v.as_string())));
+    } catch (const std::exception&) {
+    }
+    return fallback ? *fallback : Value(int64_t{0});
+  };
+  t["float"] = [](const Value& v, const CallArgs& a) {
+    const Value* fallback = a.get(0, "default");
+    if (v.is_number()) return Value(v.as_double());
+    try {
+      if (v.is_string()) return Value(std::stod(v.as_string()));
+    } catch (const std::exception&) {
+    }
+    return fallback ? *fallback : Value(0.0);
+  };
+  t["round"] = [](const Value& v, const CallArgs& a) {
+    int64_t precision = a.get(0, "precision") ? a.get(0, "precision")->as_int() : 0;
+    std::string method = a.get(1, "method") ? a.get(1, "method")->str() : "common";
+    double scale = std::pow(10.0, static_cast<double>(precision));
+    double x = v.as_double() * scale;
+    x = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x) : std::nearbyint(x);
+    return Value(x / scale);
+  };
+}
+
+const FilterTable& filters() {
+  static const FilterTable table = [] {
+    FilterTable t;
+    add_text_filters(t);
+    add_sequence_filters(t);
+    add_number_filters(t);
     return t;
   }();
   return table;
