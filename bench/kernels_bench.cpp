@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "ember/backend/cpu/amx_weight_tiles.h"
 #include "ember/backend/cpu/kernels.h"
 #include "ember/backend/cpu/weight_layout.h"
 #include "ember/backend/kv_row_format.h"
+#include "ember/core/aligned_vector.h"
 #include "ember/core/dtype.h"
 #include "ember/core/half.h"
 #include "ember/core/quantize.h"
@@ -83,6 +85,52 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "K", "N", "T", "interleaved"});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond);
+
+// The prefill shapes on the AMX set (run with EMBER_ISA=avx512 to compare): bf16 in the AmxTiles
+// layout the loader makes there, q8_0 / q4_0 in Interleaved8 (widened to bf16 tiles per block).
+// args: dtype, K, N, T.
+void BM_MatmulPrefill(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t K = state.range(1), N = state.range(2), T = state.range(3);
+  const int64_t row_bytes = ember::dtype_row_bytes(dtype, K);
+  const bool tiles = dtype == DType::BF16 && cpu::active_isa() == cpu::Isa::Amx;
+  const auto layout =
+      ember::dtype_is_quantized(dtype) ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows;
+  std::vector<uint8_t> w(static_cast<size_t>(cpu::weight_matrix_bytes(dtype, N, K, layout)));
+  const auto values = random_floats(N * K, 1);
+  for (int64_t n = 0; n < N; ++n) convert_row(&values[n * K], dtype, &w[n * row_bytes], K);
+  cpu::WeightMatrix wm{dtype, w.data(), N, K, row_bytes};
+  if (layout == cpu::WeightLayout::Interleaved8) wm = cpu::interleave_rows(wm, w.data());
+  ember::AlignedVector<uint8_t> packed;  // 64-byte aligned, as the loader's arena
+  if (tiles) {
+    packed.resize(static_cast<size_t>(cpu::amx_tiles_bytes(N, K)));
+    wm = cpu::pack_amx_tiles(wm, packed.data());
+  }
+  const int64_t floats = cpu::prepared_activation_floats(dtype, T, K);
+  ember::AlignedVector<float> xp(static_cast<size_t>(floats));
+  const auto x = random_floats(T * K, 2);
+  cpu::prepare_activations(dtype, x.data(), T, K, 0, T, xp.data());
+  ember::AlignedVector<float> y(static_cast<size_t>(T * N));
+  for (auto _ : state) {
+    cpu::matmul_prepared(xp.data(), T, wm, y.data(), N, 0, N);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2.0 * static_cast<double>(T * N * K),
+      benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(ember::dtype_name(dtype)) + " " + cpu::isa_name(cpu::active_isa()));
+}
+
+void MatmulPrefillArgs(benchmark::internal::Benchmark* b) {
+  for (DType d : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    for (auto [K, N] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {576, 576}}) {
+      for (int64_t T : {32, 256, 512}) b->Args({static_cast<int64_t>(d), K, N, T});
+    }
+  }
+  b->ArgNames({"dtype", "K", "N", "T"});
+}
+BENCHMARK(BM_MatmulPrefill)->Apply(MatmulPrefillArgs)->Unit(benchmark::kMicrosecond);
 
 // The block types beyond q8_0/q4_0 (core/quant_blocks.h), Rows layout. Their weights are random
 // bytes (any bits are valid quants) with each block's f16 scale fields set to values in

@@ -164,6 +164,42 @@ TEST(CliRun, BenchProbeSetsDecodeAgainstTheReadBandwidth) {
   EXPECT_NE(bad.err.find("--probe-mb must be >= 1"), std::string::npos) << bad.err;
 }
 
+// bench --probe with a prompt measures each kernel family's compute peak and times prefill's
+// matmuls and attention: attention's FLOPs are exactly 4 head_dim n_heads n_layers per (query,
+// key) pair of the causal prompts (stories260K: head_dim 8, 8 heads, 5 layers).
+TEST(CliRun, BenchProbeReportsComputePeaksAndPrefillOpGroups) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  auto bench = test::run_ember("bench -m " + test::shell_quote(model.string()) +
+                               " -p 64 -n 0 -r 2 -t 2 --probe --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  auto j = nlohmann::json::parse(bench.out);
+  const auto& c = j["compute"];
+  ASSERT_TRUE(c["peaks"].is_object()) << bench.out;
+  ASSERT_FALSE(c["peaks"].empty());  // every x86-64 machine we run on has AVX2 at least
+  for (const auto& [family, peak] : c["peaks"].items()) {
+    EXPECT_GT(peak["ops_per_second"].get<double>(), 1e9) << family;
+  }
+  const auto& p = c["prefill"];
+  EXPECT_EQ(p["tokens"], 128);
+  EXPECT_EQ(p["attention_flops"].get<double>(), 2 * 4.0 * 8 * 8 * 5 * (64 * 65 / 2));
+  // Every layer's 7 matrices for each token, at least (plus the logits' rows).
+  EXPECT_GE(p["matmul_flops"].get<double>(),
+            128 * 2.0 * 5 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 172));
+  const double total = p["seconds"].get<double>(), mm = p["matmul_seconds"].get<double>(),
+               att = p["attention_seconds"].get<double>();
+  EXPECT_GT(mm, 0);
+  EXPECT_GT(att, 0);
+  EXPECT_LT(mm + att, total);
+  EXPECT_TRUE(c["peaks"].contains(p["family"].get<std::string>())) << p["family"];
+  // The text form names the families and the prefill's share of its peak.
+  auto text = test::run_ember("bench -m " + test::shell_quote(model.string()) +
+                              " -p 32 -n 0 -r 1 -t 1 --probe");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("compute probe"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("prefill (32 tokens):"), std::string::npos) << text.out;
+}
+
 // --kv-dtype reaches the KV pool (bench reports it); f16, bf16 and q8_0 caches generate the same
 // greedy story start as the exact f32 cache on stories260K; K and V can be set apart; an unknown
 // dtype is a one-line error naming the flag.

@@ -69,10 +69,10 @@ TEST(FormatParity, HfSafetensorsAndGgufGiveTheSameLogits) {
   std::vector<int32_t> ids = {1,     504,  2365, 6354, 16438, 27003, 690,  260,
                               23790, 2767, 30,   504,  3575,  282,   4649, 314};
   std::vector<int64_t> hf_top(ids.size()), gguf_top(ids.size()), q8_top(ids.size());
-  // Exact parity needs kernels that multiply bf16 weights by f32 activations: the AVX-512 set
-  // rounds the activations to bf16 (vdpbf16ps), so it runs the AVX2 set here and is checked against
-  // a bound of its own below.
-  const bool avx512 = cpu::active_isa() == cpu::Isa::Avx512;
+  // Exact parity needs kernels that multiply bf16 weights by f32 activations: the AVX-512 and AMX
+  // sets round the activations to bf16 (vdpbf16ps, tdpbf16ps), so they run the AVX2 set here and
+  // are checked against a bound of their own below.
+  const bool avx512 = cpu::active_isa() == cpu::Isa::Avx512 || cpu::active_isa() == cpu::Isa::Amx;
   std::vector<float> hf, f32, q8;
   {
     test::IsaScope scope(avx512 ? cpu::Isa::Avx2 : cpu::active_isa());

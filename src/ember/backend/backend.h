@@ -57,6 +57,20 @@ struct BackendInfo {
 
 // The KV cache's shape; how its bytes are laid out is the backend's business. K and V may be
 // stored in different dtypes (kv_row_format.h: f32, f16, bf16, q8_0, q4_0).
+// One kernel family's measured peak: operations per second (a multiply and an add are 2, for
+// integer families as for floats) on all of a backend's threads.
+struct ComputePeak {
+  std::string family;  // e.g. "amx-bf16", "avx512-vnni"
+  double ops_per_second = 0;
+  bool integer = false;
+};
+
+// What a backend's matmuls and attention cost while op timing was on (Backend::set_op_timing).
+struct OpTimes {
+  double matmul_seconds = 0, attention_seconds = 0;
+  double matmul_flops = 0, attention_flops = 0;  // 2 * T * N * K; 4 * head_dim per (query, key)
+};
+
 struct KvShape {
   int64_t n_layers = 0;
   int64_t n_blocks = 0;
@@ -138,6 +152,14 @@ class Backend {
   // per token over it) for backends whose memory is not host memory; 0 for host backends, whose
   // callers use core/bandwidth_probe.h.
   virtual double probe_read_bandwidth(int64_t bytes) { return 0.0; }
+  // The compute ceilings next to it (ember bench --probe): each kernel family's measured peak on
+  // all of the backend's threads; empty where a backend has no probe.
+  virtual std::vector<ComputePeak> probe_compute() { return {}; }
+  // While on, the backend adds the wall time and arithmetic of its matmul() and attention() calls
+  // to op_times() (ember bench --probe: FLOP/s per op group). Off by default: it costs two clock
+  // reads per call.
+  virtual void set_op_timing(bool on) {}
+  virtual OpTimes op_times() const { return {}; }
   // The other way: `n` host floats into backend memory at `data` (tests, hooks that inject
   // activations). The default is a memcpy, right for backends whose memory is host memory.
   virtual void from_host(float* data, const float* host, int64_t n);

@@ -18,6 +18,10 @@ enum class WeightLayout : uint8_t {
   QuantsThenScales,  // cuda backend, q8_0/q4_0 only: every row's quants (K bytes for q8_0, K / 2
                      // for q4_0, 16-byte aligned, nibbles ordered as in the file's blocks) and
                      // then every row's f16 block scales [n_rows, K / 32]; the same bytes() total
+  AmxTiles,          // cpu backend with the AMX kernel set, bf16 only: rows in blocks of 16 (the
+                     // last zero-padded), each block's columns in chunks of 32 (the last
+                     // zero-padded), each (block, chunk) one 1 KiB tile [16 column pairs][16 rows]
+                     // [2] as TDPBF16PS reads its B operand (backend/cpu/amx_weight_tiles.h)
 };
 
 // W [n_rows, n_cols] in `dtype`; row_bytes = dtype_row_bytes(dtype, n_cols) is one row's size (in

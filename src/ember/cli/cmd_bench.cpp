@@ -10,6 +10,7 @@
 #include <random>
 #include <tuple>
 
+#include "ember/cli/bench_roofline.h"
 #include "ember/cli/commands.h"
 #include "ember/core/bandwidth_probe.h"
 #include "ember/core/error.h"
@@ -187,6 +188,7 @@ struct BenchRun {
   std::vector<double> tg_plain;    // --lookup: the same decodes without speculation, alternating
   bool interleaved =
       false;  // see has_interleaved_layout: interleaved at load unless --no-interleave
+  PrefillRoofline roofline;  // --probe with a prompt: compute ceilings and prefill's op groups
 };
 
 LLMEngineOptions bench_engine_options(const BenchOptions& o, const LoadedModel* draft) {
@@ -254,9 +256,21 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
     plain = std::make_unique<LLMEngine>(model.weights, nullptr, plain_eo);
     time_decode(*plain, o.batch, std::min<int64_t>(4, o.gen_tokens), 0, rng);
   }
+  const bool roofline = o.probe && o.prompt_tokens > 0;
+  if (roofline) {
+    run.roofline.peaks = backend.probe_compute();
+    run.roofline.family =
+        prefill_matmul_family(backend.info().kernels, model.weights.matrix_dtype());
+  }
   for (int r = 0; r < o.repetitions; ++r) {
-    if (o.prompt_tokens > 0)
-      run.pp.push_back(o.prompt_tokens / time_prefill(engine, o.prompt_tokens, rng));
+    if (o.prompt_tokens > 0) {
+      backend.set_op_timing(roofline);
+      const double seconds = time_prefill(engine, o.prompt_tokens, rng);
+      backend.set_op_timing(false);
+      run.pp.push_back(o.prompt_tokens / seconds);
+      run.roofline.seconds += seconds;
+      run.roofline.tokens += o.prompt_tokens;
+    }
     if (o.gen_tokens > 0) {
       std::mt19937 same = rng;
       measure_decode(o, engine, rng, run);
@@ -271,6 +285,7 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
     prefix_eo.engine.kv_tiers = prefix_tiers(o);
     run.prefix = time_prefix_hit(model.weights, prefix_eo, o.prefix_tokens, o.prefix_from, rng);
   }
+  if (roofline) run.roofline.ops = backend.op_times();
   run.copied_bytes = model.weights.copied_matrix_bytes();
   const std::span<const int64_t> load = engine.runner().expert_load();
   run.expert_load.assign(load.begin(), load.end());
@@ -394,6 +409,7 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         {"fraction_of_probe", run.decode_fraction},
         {"fraction_of_probe_median", summarize(run.decode_fraction).median}};
   }
+  if (!run.roofline.peaks.empty()) j["compute"] = roofline_json(run.roofline);
   if (o.prefix_tokens > 0) {
     const PrefixResult& p = run.prefix;
     j["prefix_cache"] = {{"prompt_tokens", o.prefix_tokens},
@@ -491,6 +507,7 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         100 * speedup / theory);
   }
   if (run.probe || run.device_probe) print_probe_line(run, decode_weight_gbps(o, run));
+  if (!run.roofline.peaks.empty()) print_roofline(run.roofline);
   if (o.prefix_tokens > 0) {
     const PrefixResult& p = run.prefix;
     std::printf(
@@ -550,9 +567,11 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"pool", "ram", "disk"}))
       ->capture_default_str();
   o->offload.add_to(*cmd);
-  cmd->add_flag("--probe", o->probe,
-                "Before each decode repetition, measure the machine's read bandwidth and report "
-                "decode's weight stream as a share of it");
+  cmd->add_flag(
+      "--probe", o->probe,
+      "Before each decode repetition, measure the machine's read bandwidth and report "
+      "decode's weight stream as a share of it; with a prompt, measure each kernel "
+      "family's compute peak and report prefill's FLOP/s (matmuls, attention) against it");
   cmd->add_option("--probe-mb", o->probe_mb, "The probe's buffer (MiB; well past any cache)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable output");

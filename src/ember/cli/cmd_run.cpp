@@ -77,24 +77,25 @@ void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunSta
   const double prefill_tps = s.prefill > 0 ? s.prompt_tokens / s.prefill : 0;
   const double decode_tps = s.decode > 0 && s.generated > 1 ? (s.generated - 1) / s.decode : 0;
   const KvShape& kv = engine.runner().kv_shape();
-  std::fprintf(stderr,
-               "\n[ember] model %s (%s, %s), %s backend, %d threads, load %.3f s, seed %llu\n"
-               "[ember] prompt tokens %lld, generated %lld%s\n"
-               "[ember] time to first token %.2f ms, prefill %.1f tok/s, decode %.1f tok/s\n"
-               "[ember] KV cache in use %lld bytes (%lld blocks of %lld tokens)\n",
-               model.checkpoint.path.c_str(), format_name(model.checkpoint.format),
-               model.weights.matrix_dtypes().c_str(), model.weights.backend->info().name.c_str(),
-               engine.runner().n_threads(), model.load_seconds,
-               static_cast<unsigned long long>(seed), static_cast<long long>(s.prompt_tokens),
-               static_cast<long long>(s.generated),
-               s.finish == FinishReason::Stop ? " (stopped at EOS)"
-               : s.finish == FinishReason::Length && s.generated > 0 &&
-                       s.prompt_tokens + s.generated >= engine.max_request_tokens()
-                   ? " (context full)"
-                   : "",
-               s.ttft * 1e3, prefill_tps, decode_tps, static_cast<long long>(s.kv_bytes),
-               static_cast<long long>(s.kv_bytes / kv.bytes_per_block()),
-               static_cast<long long>(kv.block_size));
+  std::fprintf(
+      stderr,
+      "\n[ember] model %s (%s, %s), %s backend (%s kernels), %d threads, load %.3f s, seed %llu\n"
+      "[ember] prompt tokens %lld, generated %lld%s\n"
+      "[ember] time to first token %.2f ms, prefill %.1f tok/s, decode %.1f tok/s\n"
+      "[ember] KV cache in use %lld bytes (%lld blocks of %lld tokens)\n",
+      model.checkpoint.path.c_str(), format_name(model.checkpoint.format),
+      model.weights.matrix_dtypes().c_str(), model.weights.backend->info().name.c_str(),
+      model.weights.backend->info().kernels.c_str(), engine.runner().n_threads(),
+      model.load_seconds, static_cast<unsigned long long>(seed),
+      static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated),
+      s.finish == FinishReason::Stop ? " (stopped at EOS)"
+      : s.finish == FinishReason::Length && s.generated > 0 &&
+              s.prompt_tokens + s.generated >= engine.max_request_tokens()
+          ? " (context full)"
+          : "",
+      s.ttft * 1e3, prefill_tps, decode_tps, static_cast<long long>(s.kv_bytes),
+      static_cast<long long>(s.kv_bytes / kv.bytes_per_block()),
+      static_cast<long long>(kv.block_size));
   const SpeculativeStats& spec = engine.speculative_stats();
   if (spec.verify_steps > 0 || spec.propose_seconds > 0) {
     std::fprintf(stderr,

@@ -186,9 +186,12 @@ TEST_P(BackendOps, MatmulThenResidualAddMatchesReference) {
       out.insert(out.end(), s2.begin(), s2.end());
       return out;
     };
-    // cuda's prefill and the cpu's AVX-512 kernels (vdpbf16ps) round activations to bf16.
-    const bool bf16_activations = (GetParam() == "cuda" && T > 8) ||
-                                  (GetParam() == "cpu" && dev.backend->info().kernels == "avx512");
+    // cuda's prefill and the cpu's AVX-512 and AMX kernels (vdpbf16ps, tdpbf16ps) round
+    // activations to bf16.
+    const std::string kernels = dev.backend->info().kernels;
+    const bool bf16_activations =
+        (GetParam() == "cuda" && T > 8) ||
+        (GetParam() == "cpu" && (kernels == "avx512" || kernels == "amx"));
     EXPECT_LE(relative_error(run(dev), run(ref)), bf16_activations ? 1.5e-2 : 2e-5);
   }
 }
@@ -358,7 +361,12 @@ TEST_P(BackendOps, RopeKvAndAttentionMatchReference) {
     };
     Device dev(GetParam());
     Device ref("reference");
-    const bool tensor_cores = GetParam() == "cuda" && c.chunk >= 16;
+    // cuda's tensor cores and the cpu's AMX tiles (16+ tokens over a narrow cache) round Q, K, V
+    // and the probabilities to bf16.
+    const bool tensor_cores =
+        (GetParam() == "cuda" && c.chunk >= 16) ||
+        (GetParam() == "cpu" && dev.backend->info().kernels == "amx" && c.chunk >= 16 &&
+         c.kv_dtype != DType::F32 && c.scores.softcap == 0.0f && c.head_dim % 32 == 0);
     // A quantized cache: RoPE's last-bit differences between backends can move a K value across
     // a rounding boundary, one quantization step (max|x| / 127 or / 8 of its group) apart (seen:
     // 9e-8 on cpu, where no value crossed).

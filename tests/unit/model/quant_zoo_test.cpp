@@ -126,11 +126,12 @@ TEST_P(QuantZoo, MatchesExactLogitsAndLlamaCppTop1) {
       continue;
     }
     // Activations rounded to bf16 cost ~3e-3 here: cuda's prefill multiplies bf16 activations on
-    // the tensor cores, and the cpu's AVX-512 bf16 kernels round them too (f32 weights: SGEMM /
-    // f32 FMA everywhere).
+    // the tensor cores, and the cpu's AVX-512 and AMX bf16 kernels round them too (f32 weights:
+    // SGEMM / f32 FMA everywhere).
     const bool bf16_activations =
         is_float && GetParam() != "f32" &&
-        (backend == "cuda" || (backend == "cpu" && cpu_kernels() == "avx512"));
+        (backend == "cuda" ||
+         (backend == "cpu" && (cpu_kernels() == "avx512" || cpu_kernels() == "amx")));
     const double tolerance = !is_float          ? kQuantizedTolerance
                              : bf16_activations ? kBf16ActivationTolerance
                                                 : kFloatTolerance;

@@ -44,4 +44,31 @@ EMBER_AVX512_INLINE __mmask32 lanes32(int64_t n) {
   return n >= 32 ? static_cast<__mmask32>(0xffffffffu) : static_cast<__mmask32>((1u << n) - 1u);
 }
 
+// 16 x 16 32-bit transpose in registers: r[i] lane j becomes r[j] lane i.
+EMBER_AVX512_INLINE void transpose16(__m512i r[16]) {
+  const auto all16 = static_cast<__mmask16>(0xffff);
+  const auto all8 = static_cast<__mmask8>(0xff);
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_epi32(all16, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(all16, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_maskz_unpacklo_epi64(all8, t[i], t[i + 2]);
+    r[i + 1] = _mm512_maskz_unpackhi_epi64(all8, t[i], t[i + 2]);
+    r[i + 2] = _mm512_maskz_unpacklo_epi64(all8, t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_maskz_unpackhi_epi64(all8, t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 8) {
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_maskz_shuffle_i32x4(all16, r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_maskz_shuffle_i32x4(all16, r[i + j], r[i + j + 4], 0xdd);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_maskz_shuffle_i32x4(all16, t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_maskz_shuffle_i32x4(all16, t[i], t[i + 8], 0xdd);
+  }
+}
+
 }  // namespace ember::cpu::avx512

@@ -1,23 +1,20 @@
 #include "ember/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
+#include "ember/backend/cpu/amx_weight_tiles.h"
+#include "ember/backend/cpu/compute_probe.h"
 #include "ember/backend/cpu/host_kv_storage.h"
 #include "ember/backend/cpu/weight_layout.h"
 #include "ember/backend/kv_row_format.h"
 #include "ember/core/error.h"
 
 namespace ember::cpu {
-
-namespace {
-// Work items of attention are (query tile, kv head): a tile is up to this many consecutive tokens
-// of one sequence, which read each K/V block once together.
-constexpr int64_t kAttentionTile = 8;
-}  // namespace
 
 CpuBackend::CpuBackend(const BackendOptions& options)
     : options_(options), threads_(options.n_threads) {}
@@ -36,6 +33,12 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host, bool host_is_fi
   // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs are interleaved 8 rows at a time for the
   // integer tiles (weight_layout.h: has_interleaved_layout); other matrices are read in place from
   // the file unless --no-mmap asked for a copy in huge pages.
+  // With the AMX kernel set, bf16 matrices are packed into 1 KiB tiles for TDPBF16PS
+  // (amx_weight_tiles.h); the decode kernel of that set reads the same tiles.
+  if (host.dtype == DType::BF16 && active_isa() == Isa::Amx) {
+    const int64_t bytes = amx_tiles_bytes(host.n_rows, host.n_cols);
+    return pack_amx_tiles(host, arena_.allocate(static_cast<size_t>(bytes)));
+  }
   if (options_.interleave_quantized && has_interleaved_layout(host.dtype)) {
     const int64_t bytes =
         weight_matrix_bytes(host.dtype, host.n_rows, host.n_cols, WeightLayout::Interleaved8);
@@ -148,6 +151,26 @@ void CpuBackend::rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k,
 
 void CpuBackend::attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
                            const AttentionScores& scores, const Batch& batch, float* out) {
+  if (!time_ops_) return attention_untimed(kv, layer, q, n_heads, scores, batch, out);
+  const auto start = std::chrono::steady_clock::now();
+  attention_untimed(kv, layer, q, n_heads, scores, batch, out);
+  op_times_.attention_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t head_dim = static_cast<const HostKvStorage&>(kv).shape().head_dim;
+  for (int64_t t = 0; t < batch.size(); ++t) {  // q . k and p * v over the keys each token sees
+    const int64_t ctx = batch.positions[static_cast<size_t>(t)] + 1;
+    const int64_t keys = ctx - scores.first_key(ctx);
+    op_times_.attention_flops += 4.0 * static_cast<double>(keys * head_dim * n_heads);
+  }
+}
+
+std::vector<ComputePeak> CpuBackend::probe_compute() {
+  return measure_compute_peaks(threads_);
+}
+
+void CpuBackend::attention_untimed(const KvStorage& kv, int64_t layer, const float* q,
+                                   int64_t n_heads, const AttentionScores& scores,
+                                   const Batch& batch, float* out) {
   const auto& cache = static_cast<const HostKvStorage&>(kv);
   const PagedKv view = cache.layer_view(layer);
   const int64_t T = batch.size(), qd = n_heads * view.head_dim;
@@ -167,10 +190,13 @@ void CpuBackend::attention(const KvStorage& kv, int64_t layer, const float* q, i
   };
   // Work items are (query tile, kv head): the tokens of a tile read each K/V block once together;
   // splitting by kv head lets even a single decode token's heads run on several threads.
+  // A tile is up to attention_tile_tokens() consecutive tokens of one sequence, which read each K/V
+  // block once together.
   attention_tiles_.clear();
+  const int64_t tile_tokens = attention_tile_tokens();
   for (int64_t t = 0; t < T;) {
     int64_t e = t + 1;
-    while (e < T && e - t < kAttentionTile && batch.sequence_of[e] == batch.sequence_of[t] &&
+    while (e < T && e - t < tile_tokens && batch.sequence_of[e] == batch.sequence_of[t] &&
            batch.positions[e] == batch.positions[e - 1] + 1) {
       ++e;
     }

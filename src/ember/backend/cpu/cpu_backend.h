@@ -27,6 +27,9 @@ class CpuBackend : public Backend {
   std::unique_ptr<KvStorage> allocate_kv(const KvShape& shape) override;
   std::span<const float> to_host(const float* data, int64_t n,
                                  std::vector<float>& staging) override;
+  std::vector<ComputePeak> probe_compute() override;
+  void set_op_timing(bool on) override { time_ops_ = on; }
+  OpTimes op_times() const override { return op_times_; }
 
   void embed(const WeightMatrix& table, const Batch& batch, float* x) override;
   void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t D,
@@ -81,10 +84,17 @@ class CpuBackend : public Backend {
   void matmul_token_groups(int64_t T, std::span<const WeightMatrix* const> ws,
                            std::span<float* const> ys);
   void matmul_output_rows(int64_t T, std::span<const WeightMatrix* const> ws,
-                          std::span<float* const> ys);
+                          std::span<float* const> ys, int64_t grain);
+
+  void matmul_untimed(const float* x, int64_t rows, std::span<const WeightMatrix* const> ws,
+                      std::span<float* const> ys);
+  void attention_untimed(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
+                         const AttentionScores& scores, const Batch& batch, float* out);
 
   BackendOptions options_;
   ThreadPool threads_;
+  bool time_ops_ = false;
+  OpTimes op_times_;
   // Matrices copied at load (converted, interleaved, --no-mmap) and vectors: huge pages.
   HugePageArena arena_;
   // Attention work: (first token, token count) runs of consecutive tokens of one sequence.

@@ -2,6 +2,7 @@
 // so they share a single wake-up and their rows balance across threads together. Decode splits the
 // concatenated output rows over the threads; prefill gives each thread whole 16-token groups.
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "ember/backend/cpu/cpu_backend.h"
@@ -13,18 +14,22 @@ namespace {
 // From this many tokens matmuls split over tokens (16-token groups) instead of output rows.
 constexpr int64_t kTokenSplitMin = 64;
 constexpr int64_t kTokenSplitGrain = 16;
+// Decode splits rows in multiples of 24 (whole 8, 6, 4 and 3-row tiles; 24-row panels); matmuls on
+// AMX tiles in multiples of 64 (a block of the AmxTiles layout).
+constexpr int64_t kRowGrain = 24;
+constexpr int64_t kTileRowGrain = 64;
 // Matrices one call may multiply by a shared input.
 constexpr size_t kMaxSharedInput = 8;
 }  // namespace
 
 void CpuBackend::prepare_inputs(const float* x, int64_t T,
                                 std::span<const WeightMatrix* const> ws) {
-  bool any_8bit = false, any_bf16 = false, any_f32_layout = false;
+  bool any_8bit = false, any_bf16 = false, any_f32 = false;
   for (const WeightMatrix* w : ws) {
-    const bool eight_bit = uses_8bit_activations(*w, T);
-    any_8bit = any_8bit || eight_bit;
-    any_bf16 = any_bf16 || w->dtype == DType::BF16;
-    any_f32_layout = any_f32_layout || (w->dtype != DType::BF16 && !eight_bit);
+    const MatmulInput input = matmul_input(*w, T);
+    any_8bit = any_8bit || input == MatmulInput::Q8;
+    any_bf16 = any_bf16 || input == MatmulInput::Bf16;
+    any_f32 = any_f32 || input == MatmulInput::F32;
   }
   // Float weights (and Rows-layout quantized ones from kGemmMinTokens tokens on) read the
   // activations in the kernels' own layout (one for bf16, one for the rest): prepare each once,
@@ -38,7 +43,7 @@ void CpuBackend::prepare_inputs(const float* x, int64_t T,
         kPreparedTokenGrain);
   };
   if (any_bf16) prepare(DType::BF16, x_bf16_);
-  if (any_f32_layout) prepare(DType::F32, x_float_);
+  if (any_f32) prepare(DType::F32, x_float_);
   // Quantized weights (see uses_8bit_activations) multiply 8-bit activations: quantize the shared
   // input once, not per thread and matrix.
   if (any_8bit) {
@@ -52,16 +57,43 @@ void CpuBackend::prepare_inputs(const float* x, int64_t T,
 
 void CpuBackend::matmul(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
                         std::span<float* const> ys) {
+  if (!time_ops_) return matmul_untimed(x, T, ws, ys);
+  const auto start = std::chrono::steady_clock::now();
+  matmul_untimed(x, T, ws, ys);
+  op_times_.matmul_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const WeightMatrix* w : ws) {
+    op_times_.matmul_flops += 2.0 * static_cast<double>(T * w->n_rows * w->n_cols);
+  }
+}
+
+void CpuBackend::matmul_untimed(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
+                                std::span<float* const> ys) {
   if (T == 0 || ws.empty()) return;
   if (ws.size() != ys.size() || ws.size() > kMaxSharedInput) {
     throw Error("cpu matmul: want 1 to " + std::to_string(kMaxSharedInput) +
                 " matrices with one output each");
   }
   prepare_inputs(x, T, ws);
-  if (T >= kTokenSplitMin && threads_.size() > 1) {
+  // Matmuls on AMX tiles split by rows at any T (each block once per step, see
+  // matmul_runs_on_tiles).
+  bool on_tiles = false, all_tiled = true, any_tiled = false;
+  for (const WeightMatrix* w : ws) {
+    on_tiles = on_tiles || matmul_runs_on_tiles(*w, T);
+    const bool tiled = w->layout == WeightLayout::AmxTiles;
+    all_tiled = all_tiled && tiled;
+    any_tiled = any_tiled || tiled;
+  }
+  if (on_tiles) {
+    matmul_output_rows(T, ws, ys, kTileRowGrain);
+  } else if (T >= kTokenSplitMin && threads_.size() > 1) {
     matmul_token_groups(T, ws, ys);
   } else {
-    matmul_output_rows(T, ws, ys);
+    // Decode on AmxTiles reads whole 64-row blocks: a split inside one would read it twice.
+    matmul_output_rows(T, ws, ys,
+                       all_tiled   ? kTileRowGrain
+                       : any_tiled ? 3 * kTileRowGrain
+                                   : kRowGrain);
   }
 }
 
@@ -75,11 +107,11 @@ void CpuBackend::matmul_token_groups(int64_t T, std::span<const WeightMatrix* co
     for (size_t i = 0; i < ws.size(); ++i) {
       const WeightMatrix& w = *ws[i];
       const int64_t N = w.n_rows;
-      if (uses_8bit_activations(w, T)) {
+      if (matmul_input(w, T) == MatmulInput::Q8) {
         matmul_q8(x_q8_.data() + t0 * (K / kQuantBlock), t1 - t0, w, ys[i] + t0 * N, N, 0, N);
         continue;
       }
-      const float* xp = w.dtype == DType::BF16 ? x_bf16_.data() : x_float_.data();
+      const float* xp = matmul_input(w, T) == MatmulInput::Bf16 ? x_bf16_.data() : x_float_.data();
       const int64_t per_token = prepared_activation_floats(w.dtype, G, K) / G;
       matmul_prepared(xp + t0 * per_token, t1 - t0, w, ys[i] + t0 * N, N, 0, N);
     }
@@ -88,7 +120,7 @@ void CpuBackend::matmul_token_groups(int64_t T, std::span<const WeightMatrix* co
 
 // Decode (and small prefills): the output rows of all matrices, concatenated, split over threads.
 void CpuBackend::matmul_output_rows(int64_t T, std::span<const WeightMatrix* const> ws,
-                                    std::span<float* const> ys) {
+                                    std::span<float* const> ys, int64_t grain) {
   int64_t offsets[kMaxSharedInput + 1] = {0};
   const size_t n = ws.size();
   for (size_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + ws[i]->n_rows;
@@ -99,16 +131,16 @@ void CpuBackend::matmul_output_rows(int64_t T, std::span<const WeightMatrix* con
           const int64_t b = std::max(begin, offsets[i]), e = std::min(end, offsets[i + 1]);
           if (b >= e) continue;
           const WeightMatrix& w = *ws[i];
-          if (uses_8bit_activations(w, T)) {
+          if (matmul_input(w, T) == MatmulInput::Q8) {
             matmul_q8(x_q8_.data(), T, w, ys[i], w.n_rows, b - offsets[i], e - offsets[i]);
           } else {
-            const float* xp = w.dtype == DType::BF16 ? x_bf16_.data() : x_float_.data();
+            const float* xp =
+                matmul_input(w, T) == MatmulInput::Bf16 ? x_bf16_.data() : x_float_.data();
             matmul_prepared(xp, T, w, ys[i], w.n_rows, b - offsets[i], e - offsets[i]);
           }
         }
       },
-      // Multiples of 24 rows keep every tile shape whole (8, 6, 4, 3 rows; 24-row panels).
-      /*grain=*/24);
+      grain);
 }
 
 }  // namespace ember::cpu

@@ -11,7 +11,13 @@
 #include <string_view>
 #include <vector>
 
+#include "ember/backend/cpu/amx_kernels.h"
+#include "ember/backend/cpu/amx_support.h"
+#include "ember/backend/cpu/amx_weight_tiles.h"
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/weight_layout.h"
+#include "ember/core/aligned_vector.h"
+#include "ember/core/half.h"
 
 namespace ember::cpu {
 namespace {
@@ -74,6 +80,26 @@ constexpr KernelTable kAvx512Table = {
     avx512::matmul_prepared,
 };
 
+// The AVX-512 set with the matmuls on AMX tiles (amx_kernels.h).
+constexpr KernelTable kAmxTable = {
+    Isa::Amx,
+    amx::matmul,
+    avx2::rmsnorm,
+    avx2::rope,
+    avx2::softmax,
+    avx2::silu_mul,
+    avx2::gelu_mul,
+    avx2::add_inplace,
+    avx2::store_kv,
+    avx2::dequantize_row,
+    amx::attention_tokens,
+    avx2::quantize_activations,
+    avx512::matmul_q8,
+    amx::prepared_activation_floats,
+    amx::prepare_activations,
+    amx::matmul_prepared,
+};
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -90,8 +116,21 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512vnni");
 }
 
-// The table for `wanted`, or the best one below it that this CPU can run.
+// The table for `wanted`, or the best one below it that this CPU can run. A CPU with AMX tiles that
+// cannot use them (no OS support or permission) says why once, forced or not.
 const KernelTable* resolve(Isa wanted, bool forced) {
+  if (wanted == Isa::Amx) {
+    if (cpu_has_avx512() && amx_available()) return &kAmxTable;
+    static std::atomic<bool> said{false};
+    const bool cpu_has_tiles = __builtin_cpu_supports("amx-tile");
+    if ((forced || cpu_has_tiles) && !said.exchange(true)) {
+      std::fprintf(stderr, "ember: AMX unavailable (%s); using %s kernels\n",
+                   cpu_has_avx512() ? amx_unavailable_reason().c_str() : "this CPU lacks AVX-512",
+                   cpu_has_avx512() ? "avx512" : (cpu_has_avx2() ? "avx2" : "scalar"));
+    }
+    wanted = Isa::Avx512;
+    forced = false;
+  }
   if (wanted == Isa::Avx512) {
     if (cpu_has_avx512()) return &kAvx512Table;
     if (forced) {
@@ -108,7 +147,7 @@ const KernelTable* resolve(Isa wanted, bool forced) {
   return &kScalarTable;
 }
 
-// EMBER_ISA=scalar|avx2|avx512 if set (read once), else the best the CPU supports.
+// EMBER_ISA=scalar|avx2|avx512|amx if set (read once), else the best the CPU supports.
 const KernelTable* initial_table() {
   const char* env = std::getenv("EMBER_ISA");
   if (env != nullptr && *env != '\0') {
@@ -116,10 +155,11 @@ const KernelTable* initial_table() {
     if (v == "scalar") return resolve(Isa::Scalar, true);
     if (v == "avx2") return resolve(Isa::Avx2, true);
     if (v == "avx512") return resolve(Isa::Avx512, true);
-    std::fprintf(stderr, "ember: unknown EMBER_ISA=%s (want scalar|avx2|avx512); ignoring it\n",
+    if (v == "amx") return resolve(Isa::Amx, true);
+    std::fprintf(stderr, "ember: unknown EMBER_ISA=%s (want scalar|avx2|avx512|amx); ignoring it\n",
                  env);
   }
-  return resolve(Isa::Avx512, false);
+  return resolve(Isa::Amx, false);
 }
 
 std::atomic<const KernelTable*>& table_slot() {
@@ -141,6 +181,8 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::Avx512:
       return "avx512";
+    case Isa::Amx:
+      return "amx";
   }
   return "?";
 }
@@ -153,10 +195,49 @@ void force_isa(Isa isa) {
   table_slot().store(resolve(isa, true), std::memory_order_relaxed);
 }
 
+// An AmxTiles matrix (made while the AMX set was active) under another set, which reads only the
+// Rows layout: rows [0, row_end) unpacked into a per-thread copy. Slow; only tests that switch the
+// kernel set after loading reach it.
+namespace {
+
+WeightMatrix rows_copy(const WeightMatrix& w, int64_t row_end) {
+  thread_local AlignedVector<uint8_t> rows;
+  const auto bytes = static_cast<size_t>(row_end * w.row_bytes);
+  if (rows.size() < bytes) rows.resize(bytes);
+  for (int64_t r = 0; r < row_end; ++r) rows_layout_row(w, r, rows.data() + r * w.row_bytes);
+  WeightMatrix copy = w;
+  copy.data = rows.data();
+  copy.layout = WeightLayout::Rows;
+  return copy;
+}
+
+bool needs_rows_copy(const WeightMatrix& w) {
+  return w.layout == WeightLayout::AmxTiles && table().isa != Isa::Amx;
+}
+
+}  // namespace
+
+MatmulInput matmul_input(const WeightMatrix& w, int64_t T) {
+  if (table().isa == Isa::Amx) return amx::matmul_input(w, T);
+  if (uses_8bit_activations(w, T)) return MatmulInput::Q8;
+  return w.dtype == DType::BF16 ? MatmulInput::Bf16 : MatmulInput::F32;
+}
+
+int64_t attention_tile_tokens() {
+  return table().isa == Isa::Amx ? 32 : 8;
+}
+
+bool matmul_runs_on_tiles(const WeightMatrix& w, int64_t T) {
+  return table().isa == Isa::Amx && amx::runs_on_tiles(w, T);
+}
+
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end) {
   // Each ISA's matmul covers every dtype itself (8-bit activations for quantized weights below
   // kGemmMinTokens included).
+  if (needs_rows_copy(w)) {
+    return table().matmul(x, T, rows_copy(w, row_end), y, ldy, row_begin, row_end);
+  }
   table().matmul(x, T, w, y, ldy, row_begin, row_end);
 }
 
@@ -171,6 +252,9 @@ void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int6
 
 void matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                      int64_t row_begin, int64_t row_end) {
+  if (needs_rows_copy(w)) {
+    return table().matmul_prepared(xp, T, rows_copy(w, row_end), y, ldy, row_begin, row_end);
+  }
   table().matmul_prepared(xp, T, w, y, ldy, row_begin, row_end);
 }
 
@@ -213,6 +297,13 @@ void store_kv(const float* x, int64_t n, DType dtype, void* out) {
 }
 
 void dequantize_row(const WeightMatrix& table_w, int64_t row, float* out) {
+  if (table_w.layout == WeightLayout::AmxTiles) {  // a tied bf16 embedding packed for the tiles
+    thread_local std::vector<uint16_t> values;
+    values.resize(static_cast<size_t>(table_w.n_cols));
+    amx_tiles_row(table_w, row, reinterpret_cast<uint8_t*>(values.data()));
+    for (int64_t k = 0; k < table_w.n_cols; ++k) out[k] = bf16_to_f32(values[k]);
+    return;
+  }
   table().dequantize_row(table_w, row, out);
 }
 

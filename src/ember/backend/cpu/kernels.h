@@ -1,8 +1,9 @@
 // The CPU backend's kernels (used by cpu_backend.cpp only). Activations are float32; weights are in
 // any DType. Every kernel here has a plain scalar reference (kernels_reference.h) it is tested
-// against. Optimised paths are chosen at run time from CPUID (AVX-512 / AVX2 / scalar);
-// EMBER_ISA=scalar| avx2|avx512 forces one (a forced ISA the CPU lacks falls back to the best
-// available with a warning).
+// against. Optimised paths are chosen at run time from CPUID (AMX / AVX-512 / AVX2 / scalar);
+// EMBER_ISA=scalar|avx2|avx512|amx forces one (a forced ISA the CPU lacks falls back to the best
+// available with a warning). AMX (amx_kernels.h) is AVX-512 plus matrix-unit tiles for matmuls of
+// 16 or more tokens.
 //
 // Determinism contract: each output element's value depends only on its own inputs, never on which
 // row range a call covers or on the thread that runs it. Float matmuls use one summation order
@@ -23,7 +24,7 @@
 
 namespace ember::cpu {
 
-enum class Isa : uint8_t { Scalar, Avx2, Avx512 };
+enum class Isa : uint8_t { Scalar, Avx2, Avx512, Amx };
 const char* isa_name(Isa isa);
 Isa active_isa();         // what the dispatcher uses now
 void force_isa(Isa isa);  // for tests and the EMBER_ISA variable
@@ -44,6 +45,19 @@ inline bool uses_8bit_activations(const WeightMatrix& w, int64_t T) {
   return dtype_is_quantized(w.dtype) &&
          (w.layout == WeightLayout::Interleaved8 || T < kGemmMinTokens);
 }
+
+// The input a matmul of T tokens on w reads under the active kernel set: 8-bit activations
+// (quantize_activations, matmul_q8), or activations prepared (prepare_activations) for bf16
+// weights or for f32 ones. Outside the AMX set: Q8 when uses_8bit_activations, else Bf16 for bf16
+// weights and F32 for the rest. The AMX set multiplies q8_0 / q4_0 by bf16 activations on its
+// tiles from 16 tokens on (amx_kernels.h).
+enum class MatmulInput : uint8_t { Q8, Bf16, F32 };
+MatmulInput matmul_input(const WeightMatrix& w, int64_t T);
+
+// Whether a matmul of T tokens on w runs on matrix units (AMX tiles). Such a matmul wants each
+// thread to take all T tokens of a range of rows: a weight block is loaded (or widened from q8_0 /
+// q4_0) once for all the tokens, where token groups would have every thread read every block.
+bool matmul_runs_on_tiles(const WeightMatrix& w, int64_t T);
 
 // Activations quantized to 8 bits per block of 32, as the quantized-weight matmuls consume them
 // (see uses_8bit_activations): value = d * qs[i], d = max|x| / 127, qs = round(x / d). Quantized
@@ -176,6 +190,12 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
                       const AttentionScores& scores, float* out, int64_t out_stride,
                       int64_t kv_head_begin, int64_t kv_head_end);
+
+// How many consecutive tokens of one sequence a caller should give attention_tokens() together:
+// 8 (the AVX2 kernel reads each K/V block once for all of them), 32 under the AMX set (whose tile
+// kernel runs tiles of 16 or more tokens; amx_kernels.h). Results of the AVX2 kernel do not depend
+// on it; the AMX tile kernel rounds Q, K, V and the probabilities to bf16.
+int64_t attention_tile_tokens();
 
 // A hint: requests the K and V rows of the first kPrefetchContextKeys positions (those below
 // ctx_len) of kv head `kv_head` into cache (L2), so that an attention call about to start on them

@@ -102,4 +102,6 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
                int64_t row_begin, int64_t row_end);
 }  // namespace avx512
 
+// The AMX set (amx_kernels.h): AVX-512 plus tiles, after amx_available() (amx_support.h).
+
 }  // namespace ember::cpu

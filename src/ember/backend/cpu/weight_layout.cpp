@@ -4,11 +4,13 @@
 #include <cstring>
 #include <vector>
 
+#include "ember/backend/cpu/amx_weight_tiles.h"
 #include "ember/core/error.h"
 
 namespace ember::cpu {
 
 int64_t weight_matrix_bytes(DType dtype, int64_t n_rows, int64_t n_cols, WeightLayout layout) {
+  if (layout == WeightLayout::AmxTiles) return amx_tiles_bytes(n_rows, n_cols);
   int64_t rows = n_rows;
   if (layout == WeightLayout::Interleaved8) {
     rows = (n_rows + kInterleavedRows - 1) / kInterleavedRows * kInterleavedRows;
@@ -203,6 +205,7 @@ void rows_layout_row(const WeightMatrix& w, int64_t row, uint8_t* out) {
                 static_cast<size_t>(w.row_bytes));
     return;
   }
+  if (w.layout == WeightLayout::AmxTiles) return amx_tiles_row(w, row, out);
   const int64_t plain_bytes = dtype_block_bytes(w.dtype);
   for (int64_t b = 0; b < w.n_cols / dtype_block_elems(w.dtype); ++b)
     plain_block(w, row, b, out + b * plain_bytes);

@@ -21,6 +21,12 @@ using cpu::uses_8bit_activations;
 void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
   const uint8_t* base = static_cast<const uint8_t*>(table.data) + row * table.row_bytes;
   const int64_t n = table.n_cols;
+  std::vector<uint8_t> plain;
+  if (table.layout == WeightLayout::AmxTiles) {  // bf16 packed for the cpu backend's AMX tiles
+    plain.resize(static_cast<size_t>(table.row_bytes));
+    cpu::rows_layout_row(table, row, plain.data());
+    base = plain.data();
+  }
   switch (table.dtype) {
     case DType::F32:
       std::memcpy(out, base, static_cast<size_t>(n) * sizeof(float));
@@ -57,7 +63,6 @@ void dequantize_row(const WeightMatrix& table, int64_t row, float* out) {
       break;
     }
     default: {  // the other block types; interleaved ones (q5_0, iq4_nl) read back as Rows bytes
-      std::vector<uint8_t> plain;
       if (table.layout == WeightLayout::Interleaved8) {
         plain.resize(static_cast<size_t>(table.row_bytes));
         cpu::rows_layout_row(table, row, plain.data());

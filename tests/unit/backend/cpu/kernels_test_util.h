@@ -8,10 +8,20 @@
 #include <random>
 #include <vector>
 
+#include "ember/backend/cpu/amx_support.h"
 #include "ember/backend/cpu/kernels.h"
 #include "ember/backend/cpu/weight_layout.h"
 #include "ember/core/dtype.h"
 #include "ember/core/quantize.h"
+
+// Skips the test (ctest shows it as skipped) on a machine without usable AMX, naming what is
+// missing.
+#define EMBER_REQUIRE_AMX()                                                          \
+  do {                                                                               \
+    if (!::ember::cpu::amx_available()) {                                            \
+      GTEST_SKIP() << "AMX unavailable: " << ::ember::cpu::amx_unavailable_reason(); \
+    }                                                                                \
+  } while (0)
 
 namespace ember::test {
 
@@ -46,11 +56,11 @@ inline OwnedWeights make_weights(const std::vector<float>& values, int64_t n_row
   return w;
 }
 
-// The ISAs this CPU can run (Scalar always; Avx2 and Avx512 when the dispatcher accepts them).
+// The ISAs this CPU can run (Scalar always; Avx2, Avx512 and Amx when the dispatcher accepts them).
 inline std::vector<cpu::Isa> supported_isas() {
   const cpu::Isa saved = cpu::active_isa();
   std::vector<cpu::Isa> isas = {cpu::Isa::Scalar};
-  for (cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+  for (cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512, cpu::Isa::Amx}) {
     cpu::force_isa(isa);
     if (cpu::active_isa() == isa) isas.push_back(isa);
   }
@@ -59,9 +69,11 @@ inline std::vector<cpu::Isa> supported_isas() {
 }
 
 // Whether matmuls on `dtype` under `isa` round the activations to bf16 (the AVX-512 bf16 kernels,
-// vdpbf16ps): their error bound is 2^-8 * sum |x w| instead of f32 summation error.
+// vdpbf16ps, and the AMX set's): their error bound is 2^-8 * sum |x w| instead of f32 summation
+// error. (The AMX set also rounds them for q8_0 / q4_0 in Interleaved8 from 16 tokens on:
+// cpu::matmul_runs_on_tiles; kernels_amx_test.cpp covers those.)
 inline bool rounds_activations_to_bf16(cpu::Isa isa, DType dtype) {
-  return isa == cpu::Isa::Avx512 && dtype == DType::BF16;
+  return (isa == cpu::Isa::Avx512 || isa == cpu::Isa::Amx) && dtype == DType::BF16;
 }
 
 // Forces `isa` for its lifetime and restores the previous choice. Usage:
