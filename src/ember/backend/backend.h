@@ -55,8 +55,6 @@ struct BackendInfo {
   int64_t device_memory_free_bytes = 0;
 };
 
-// The KV cache's shape; how its bytes are laid out is the backend's business. K and V may be
-// stored in different dtypes (kv_row_format.h: f32, f16, bf16, q8_0, q4_0).
 // One kernel family's measured peak: operations per second (a multiply and an add are 2, for
 // integer families as for floats) on all of a backend's threads.
 struct ComputePeak {
@@ -71,6 +69,8 @@ struct OpTimes {
   double matmul_flops = 0, attention_flops = 0;  // 2 * T * N * K; 4 * head_dim per (query, key)
 };
 
+// The KV cache's shape; how its bytes are laid out is the backend's business. K and V may be
+// stored in different dtypes (kv_row_format.h: f32, f16, bf16, q8_0, q4_0).
 struct KvShape {
   int64_t n_layers = 0;
   int64_t n_blocks = 0;

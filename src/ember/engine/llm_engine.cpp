@@ -322,11 +322,14 @@ bool LLMEngine::step() {
     spec_stats_.verify_seconds += seconds_between(forward_start, Sequence::Clock::now());
   }
   for (const ScheduledChunk& c : chunks) scheduler_.commit(c);
-  deliver(chunks, logits);
+  // The step's counters (steps, tokens routed to experts) are published before its tokens reach
+  // the clients, so /metrics read after a response already counts the work behind it.
   {
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     ++metrics_.steps_total;
   }
+  update_gauges();
+  deliver(chunks, logits);
   update_gauges();
   return true;
 }
@@ -514,12 +517,12 @@ void LLMEngine::finish(Sequence* s, FinishReason reason, const std::string& erro
   e.prompt_tokens = s->n_prompt;
   e.completion_tokens = s->n_generated();
   e.cached_prompt_tokens = s->cached_prompt_tokens;
-  s->stream->push(std::move(e));
-  {
+  {  // counted before the client hears of it (see step())
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     ++metrics_.requests_finished;
     if (reason == FinishReason::Cancelled) ++metrics_.requests_cancelled;
   }
+  s->stream->push(std::move(e));
   if (draft_) draft_->forget(s->id);
   // Frees the blocks (or keeps them for the request's session); the sequence is destroyed here.
   if (s->request.session != 0 && (reason == FinishReason::Stop || reason == FinishReason::Length)) {
