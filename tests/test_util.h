@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,14 @@ inline std::filesystem::path fixtures_dir() {
 
 inline std::filesystem::path fixture(const std::string& relative) {
   return fixtures_dir() / relative;
+}
+
+// A whole file's bytes ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 // Skips the calling test with a clear message when a fixture is absent (never a silent pass).

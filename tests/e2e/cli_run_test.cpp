@@ -20,12 +20,7 @@
 namespace ember {
 namespace {
 
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_text;
 
 void expect_greedy_matches(const std::string& model_args) {
   auto expected_path = test::fixture("models/stories260K/expected-greedy-200.txt");

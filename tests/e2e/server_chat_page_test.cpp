@@ -112,16 +112,11 @@ console.log(JSON.stringify(out));
 TEST(ServerChatPage, ChatRoundTripAndStopInHeadlessChromium) {
   const auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
-  std::string chromium;
-  for (const char* path : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
-    if (std::filesystem::exists(path)) chromium = path;
-  }
-  if (chromium.empty()) GTEST_SKIP() << "Chromium is not installed (scripts/setup.sh installs it)";
-  const auto dir = std::filesystem::path(test::ember_binary()).parent_path() / "openai-node";
-  if (std::string why = test::npm_install(dir, "puppeteer-core"); !why.empty()) GTEST_SKIP() << why;
+  test::HeadlessBrowser browser;
+  if (std::string why = test::headless_browser(&browser); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = browser.node_dir, shots = browser.screenshots;
+  const std::string chromium = browser.chromium;
   std::ofstream(dir / "chat_page.mjs") << kBrowserScript;
-  const auto shots = std::filesystem::path(test::ember_binary()).parent_path() / "screenshots";
-  std::filesystem::create_directories(shots);
 
   test::ServerProcess server("-m " + test::shell_quote(model.string()) +
                              " -t 2 --api-key page-k3y");

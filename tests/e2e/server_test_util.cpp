@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -183,18 +184,44 @@ std::string npm_install(const std::filesystem::path& dir, const std::string& pac
   std::string out;
   if (run_shell("node --version 2>/dev/null", &out) != 0) return "node is not installed";
   if (run_shell("npm --version 2>/dev/null", &out) != 0) return "npm is not installed";
-  if (std::filesystem::exists(dir / "node_modules" / package / "package.json")) return "";
   std::filesystem::create_directories(dir);
-  if (!std::filesystem::exists(dir / "package.json")) {
-    std::ofstream(dir / "package.json") << R"({"name": "ember-node-tests", "private": true})";
+  // ctest runs tests in parallel processes that share this directory: one install at a time,
+  // and a package counts as installed only once its install finished (a stamp written after
+  // npm returned), never while another process is still unpacking it.
+  const int lock = ::open((dir / ".install.lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock < 0) return "cannot open " + (dir / ".install.lock").string();
+  ::flock(lock, LOCK_EX);
+  const auto stamp = dir / (".installed-" + package);
+  std::string why;
+  if (!std::filesystem::exists(stamp)) {
+    if (!std::filesystem::exists(dir / "package.json")) {
+      std::ofstream(dir / "package.json") << R"({"name": "ember-node-tests", "private": true})";
+    }
+    int rc = run_shell("cd " + shell_quote(dir.string()) +
+                           " && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
+                           package + " 2>&1",
+                       &out);
+    if (rc != 0 || !std::filesystem::exists(dir / "node_modules" / package / "package.json")) {
+      why = "npm install " + package + " failed (offline?): " + out;
+    } else {
+      std::ofstream(stamp) << package << "\n";
+    }
   }
-  int rc = run_shell("cd " + shell_quote(dir.string()) +
-                         " && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
-                         package + " 2>&1",
-                     &out);
-  if (rc != 0 || !std::filesystem::exists(dir / "node_modules" / package / "package.json")) {
-    return "npm install " + package + " failed (offline?): " + out;
+  ::flock(lock, LOCK_UN);
+  ::close(lock);
+  return why;
+}
+
+std::string headless_browser(HeadlessBrowser* browser) {
+  for (const char* path : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
+    if (std::filesystem::exists(path)) browser->chromium = path;
   }
+  if (browser->chromium.empty()) return "Chromium is not installed (scripts/setup.sh installs it)";
+  const auto build = std::filesystem::path(ember_binary()).parent_path();
+  browser->node_dir = build / "openai-node";
+  if (std::string why = npm_install(browser->node_dir, "puppeteer-core"); !why.empty()) return why;
+  browser->screenshots = build / "screenshots";
+  std::filesystem::create_directories(browser->screenshots);
   return "";
 }
 

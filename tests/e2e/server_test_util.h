@@ -48,6 +48,16 @@ HttpResult http_get(int port, const std::string& path);
 // Installs the npm `package` into `dir` (the build tree's node project) once; returns "" or why
 // it could not (no node/npm, offline), for a GTEST_SKIP.
 std::string npm_install(const std::filesystem::path& dir, const std::string& package);
+
+// Headless Chromium (Debian's) driven by puppeteer-core from npm, for the page tests: the browser,
+// the build tree's node project holding puppeteer-core (scripts go there), and the folder the
+// screenshots go to (<build>/screenshots, CI artifacts).
+struct HeadlessBrowser {
+  std::string chromium;
+  std::filesystem::path node_dir, screenshots;
+};
+// Fills `browser`; returns "" or why the test must skip (no Chromium, no node, offline).
+std::string headless_browser(HeadlessBrowser* browser);
 HttpResult http_post(int port, const std::string& path, const std::string& body);
 inline HttpResult post_json(int port, const std::string& path, const nlohmann::json& body) {
   return http_post(port, path, body.dump());
