@@ -327,8 +327,8 @@ bool LLMEngine::step() {
   {
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     ++metrics_.steps_total;
+    publish_expert_load();
   }
-  update_gauges();
   deliver(chunks, logits);
   update_gauges();
   return true;
@@ -550,12 +550,15 @@ void LLMEngine::update_gauges() {
   metrics_.preemptions_total = scheduler_.preemptions();
   metrics_.speculative = speculative_.enabled();
   metrics_.spec = spec_stats_;
+  publish_expert_load();
+}
+
+void LLMEngine::publish_expert_load() {
   const std::span<const int64_t> load = runner_.expert_load();
-  if (!load.empty()) {
-    const int64_t E = runner_.weights().config.n_experts;
-    metrics_.expert_tokens.assign(static_cast<size_t>(E), 0);
-    for (size_t i = 0; i < load.size(); ++i) metrics_.expert_tokens[i % E] += load[i];
-  }
+  if (load.empty()) return;
+  const int64_t E = runner_.weights().config.n_experts;
+  metrics_.expert_tokens.assign(static_cast<size_t>(E), 0);
+  for (size_t i = 0; i < load.size(); ++i) metrics_.expert_tokens[i % E] += load[i];
 }
 
 ServingMetrics LLMEngine::metrics() const {

@@ -116,6 +116,8 @@ class LLMEngine {
                            std::span<const int32_t> tokens);
   void finish(Sequence* s, FinishReason reason, const std::string& error = "");
   void update_gauges();
+  // metrics_.expert_tokens from the runner's expert load (metrics_mutex_ held).
+  void publish_expert_load();
   void resume_session(Sequence& seq);
   void keep_session(Sequence* seq);
 
