@@ -102,6 +102,11 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
                int64_t row_begin, int64_t row_end);
 }  // namespace avx512
 
-// The AMX set (amx_kernels.h): AVX-512 plus tiles, after amx_available() (amx_support.h).
+// The AMX set (amx_kernels.h): AVX-512 plus tiles, after amx_available() (amx_support.h); its
+// elementwise kernels on 512-bit vectors (amx_ops.cpp), bit for bit the AVX2 ones.
+namespace amx {
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
+}  // namespace amx
 
 }  // namespace ember::cpu

@@ -227,6 +227,38 @@ TEST(KernelsAmx, TilesUnderOtherSetsEqualRows) {
   }
 }
 
+// The set's 512-bit silu_mul / gelu_mul give the AVX2 kernels' bits: random values over the
+// whole range the exponential clamps (+-100), the clamp edges, zeros of both signs, infinities,
+// NaN, subnormals, and every tail length.
+TEST(KernelsAmx, ElementwiseOpsEqualTheAvx2OnesBitForBit) {
+  EMBER_REQUIRE_AMX();
+  std::vector<float> g = random_floats(4096, 41, -100.0f, 100.0f);
+  std::vector<float> u = random_floats(4096, 42, -3.0f, 3.0f);
+  const float specials[] = {0.0f,     -0.0f,     87.33654f, -87.33654f, 88.72283f, -88.72283f,
+                            88.8f,    -88.8f,    1e-40f,    -1e-40f,    1e30f,     -1e30f,
+                            INFINITY, -INFINITY, NAN,       20.0f,      -20.0f,    1e-7f};
+  for (size_t i = 0; i < std::size(specials); ++i) g[i] = specials[i];
+  const auto run = [&](Isa isa, bool gelu, bool with_up, int64_t n) {
+    IsaScope scope(isa);
+    std::vector<float> out(static_cast<size_t>(n));
+    if (gelu) {
+      gelu_mul(g.data(), with_up ? u.data() : nullptr, out.data(), n);
+    } else {
+      silu_mul(g.data(), u.data(), out.data(), n);
+    }
+    return out;
+  };
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{15}, int64_t{17}, int64_t{33}, int64_t{4096}}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      const bool gelu = kind > 0, with_up = kind != 2;
+      const std::vector<float> want = run(Isa::Avx2, gelu, with_up, n);
+      const std::vector<float> got = run(Isa::Amx, gelu, with_up, n);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+          << "n=" << n << " kind=" << kind;
+    }
+  }
+}
+
 TEST(KernelsAmx, DispatchNamesTheSetOrSaysWhyNot) {
   IsaScope scope(Isa::Amx);
   if (amx_available()) {
