@@ -20,5 +20,6 @@ Command add_tokenize_command(CLI::App& app);
 Command add_chat_command(CLI::App& app);
 Command add_quantize_command(CLI::App& app);
 Command add_template_command(CLI::App& app);
+Command add_trace_command(CLI::App& app);
 
 }  // namespace ember::cli

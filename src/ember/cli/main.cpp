@@ -1,5 +1,5 @@
 // ember: an LLM inference engine. Subcommands: run, chat, serve, inspect, tokenize, score, bench,
-// quantize.
+// quantize, template, trace.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       {"bench", ember::cli::add_bench_command(app)},
       {"quantize", ember::cli::add_quantize_command(app)},
       {"template", ember::cli::add_template_command(app)},
+      {"trace", ember::cli::add_trace_command(app)},
   };
   try {
     app.parse(argc, argv);

@@ -74,6 +74,8 @@ class LLMEngine {
   int64_t max_request_tokens() const;
   int64_t vocab_size() const { return runner_.vocab_size(); }
   const ModelRunner& runner() const { return runner_; }
+  // Shows the following steps' forward passes to `observer` (ember trace; null: none).
+  void set_forward_observer(ForwardObserver* observer) { runner_.set_observer(observer); }
   const KvBlockManager& kv() const { return scheduler_.kv(); }
   int64_t kv_bytes_in_use() const;
   // Moves every cached block no sequence holds out of the pool into the offload tiers (bench: a

@@ -57,6 +57,8 @@ class ModelRunner {
   std::span<const int64_t> expert_load() const { return model_->expert_load(); }
   // The last run's batch.hidden_rows hidden states (see Model::hidden_states).
   std::span<const float> hidden_states() const { return model_->hidden_states(); }
+  // Shows the following steps' forward passes to `observer` (ember trace; null: none).
+  void set_observer(ForwardObserver* observer) { model_->set_observer(observer); }
 
  private:
   const ModelWeights& weights_;

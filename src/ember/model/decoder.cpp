@@ -33,27 +33,40 @@ void DecoderModel::reserve(int64_t T) {
 
 void DecoderModel::embed(const Batch& batch) {
   const int64_t T = batch.size();
+  if (observer_ != nullptr) observer_->begin_step(batch);
   backend_.embed(weights_.embed, batch, x_.data());
   if (config_.embed_scale != 1.0f)
     backend_.scale(x_.data(), config_.embed_scale, T, config_.d_model);
   if (config_.learned_positions)
     backend_.add_position_embeddings(weights_.positions, batch, x_.data());
+  if (observer_ != nullptr) observe_embedding(batch);
 }
 
 void DecoderModel::norm(const float* x, const float* weight, const float* bias, float* y,
                         int64_t rows) {
-  if (config_.norm == NormKind::Layer) {
-    backend_.layernorm(x, weight, bias, y, rows, config_.d_model, config_.rms_norm_eps);
-  } else {
-    backend_.rmsnorm(x, weight, y, rows, config_.d_model, config_.rms_norm_eps);
-  }
+  const bool layer_norm = config_.norm == NormKind::Layer;
+  timed(
+      [&] {
+        if (layer_norm) {
+          backend_.layernorm(x, weight, bias, y, rows, config_.d_model, config_.rms_norm_eps);
+        } else {
+          backend_.rmsnorm(x, weight, y, rows, config_.d_model, config_.rms_norm_eps);
+        }
+      },
+      [&] {
+        // Read x and the weights, write y; a square and an add per value for the statistics, a
+        // multiply (and an add) per value to apply them.
+        const auto n = static_cast<double>(rows * config_.d_model);
+        return OpRecord{OpGroup::Norm, layer_norm ? "layernorm" : "rmsnorm", 0, 4 * n,
+                        (2 * n + 2.0 * static_cast<double>(config_.d_model)) * 4};
+      });
 }
 
 void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch& batch,
                              KvStorage& kv) {
   const ModelConfig& c = config_;
   const int64_t T = batch.size();
-  backend_.matmul(xn_.data(), T, {&lw.wq, &lw.wk, &lw.wv}, {q_.data(), k_.data(), v_.data()});
+  matmul("wq+wk+wv", xn_.data(), T, {&lw.wq, &lw.wk, &lw.wv}, {q_.data(), k_.data(), v_.data()});
   if (lw.bq != nullptr) {
     backend_.add_bias(q_.data(), lw.bq, T, c.q_dim());
     backend_.add_bias(k_.data(), lw.bk, T, c.kv_dim());
@@ -68,22 +81,35 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
     backend_.rmsnorm(q_.data(), lw.q_norm, q_.data(), T * c.n_heads, c.head_dim, c.rms_norm_eps);
     backend_.rmsnorm(k_.data(), lw.k_norm, k_.data(), T * c.n_kv_heads, c.head_dim, c.rms_norm_eps);
   }
-  if (c.learned_positions) {
-    backend_.store_kv(kv, layer, k_.data(), v_.data(), batch);
-  } else {
-    backend_.rope_store_kv(kv, layer, q_.data(), k_.data(), v_.data(), c.n_heads, c.rope_dim,
-                           lw.rope_inv_freq, batch);
-  }
+  timed(
+      [&] {
+        if (c.learned_positions) {
+          backend_.store_kv(kv, layer, k_.data(), v_.data(), batch);
+        } else {
+          backend_.rope_store_kv(kv, layer, q_.data(), k_.data(), v_.data(), c.n_heads, c.rope_dim,
+                                 lw.rope_inv_freq, batch);
+        }
+      },
+      [&] {
+        // Q and K rotated, K and V written into the cache: each read and written once.
+        const auto values = static_cast<double>(T * (c.q_dim() + 2 * c.kv_dim()));
+        return OpRecord{OpGroup::Elementwise, "rope+kv store", 0, 0, values * 4 * 2};
+      });
   const AttentionScores scores(c.attention_scale(), c.attn_softcap, lw.window);
-  backend_.attention(kv, layer, q_.data(), c.n_heads, scores, batch, attn_.data());
-  backend_.matmul(attn_.data(), T, {&lw.wo}, {tmp_.data()});
+  if (observer_ != nullptr) observe_attention_inputs(layer, T, scores);
+  timed([&] { backend_.attention(kv, layer, q_.data(), c.n_heads, scores, batch, attn_.data()); },
+        [&] { return attention_record(batch, kv, scores); });
+  if (observer_ != nullptr) {
+    observer_->attention_output(layer, backend_.to_host(attn_.data(), T * c.q_dim(), observed_[0]));
+  }
+  matmul("wo", attn_.data(), T, {&lw.wo}, {tmp_.data()});
   if (lw.bo != nullptr) backend_.add_bias(tmp_.data(), lw.bo, T, c.d_model);
 }
 
 void DecoderModel::moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
   const ModelConfig& c = config_;
   const int64_t D = c.d_model, E = c.n_experts, F = c.d_expert_ffn;
-  backend_.matmul(xn_.data(), T, {&lw.router}, {router_.data()});
+  matmul("router", xn_.data(), T, {&lw.router}, {router_.data()});
   route_tokens(backend_.to_host(router_.data(), T * E, host_router_), T, E, c.n_experts_used,
                c.expert_weights_normalized, routes_);
   backend_.zero(tmp_.data(), T, D);
@@ -95,19 +121,19 @@ void DecoderModel::moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
     expert_load_[static_cast<size_t>(layer * E + e)] += n;
     const auto i = static_cast<size_t>(e);
     backend_.gather_rows(xn_.data(), D, rows, expert_x_.data());
-    backend_.matmul(expert_x_.data(), n, {&lw.expert_gate[i], &lw.expert_up[i]},
-                    {gate_.data(), up_.data()});
-    backend_.silu_mul(gate_.data(), up_.data(), gate_.data(), n, F);
-    backend_.matmul(gate_.data(), n, {&lw.expert_down[i]}, {expert_out_.data()});
+    matmul("experts", expert_x_.data(), n, {&lw.expert_gate[i], &lw.expert_up[i]},
+           {gate_.data(), up_.data()});
+    silu_mul(gate_.data(), up_.data(), n, F);
+    matmul("experts", gate_.data(), n, {&lw.expert_down[i]}, {expert_out_.data()});
     backend_.scatter_add_rows(expert_out_.data(), D, rows, routes_.weights[i], tmp_.data());
   }
   if (lw.shared_expert_gate.data == nullptr) return;
   // Qwen2-MoE's shared expert, on every token, scaled by sigmoid(xn . shared_expert_gate).
   const int64_t S = c.d_shared_expert_ffn;
-  backend_.matmul(xn_.data(), T, {&lw.w_gate, &lw.w_up, &lw.shared_expert_gate},
-                  {gate_.data(), up_.data(), shared_gate_.data()});
-  backend_.silu_mul(gate_.data(), up_.data(), gate_.data(), T, S);
-  backend_.matmul(gate_.data(), T, {&lw.w_down}, {expert_out_.data()});
+  matmul("shared expert", xn_.data(), T, {&lw.w_gate, &lw.w_up, &lw.shared_expert_gate},
+         {gate_.data(), up_.data(), shared_gate_.data()});
+  silu_mul(gate_.data(), up_.data(), T, S);
+  matmul("shared expert", gate_.data(), T, {&lw.w_down}, {expert_out_.data()});
   const std::span<const float> g = backend_.to_host(shared_gate_.data(), T, host_shared_gate_);
   std::vector<float> scales(static_cast<size_t>(T));
   std::vector<int32_t> all_rows(static_cast<size_t>(T));
@@ -125,20 +151,27 @@ void DecoderModel::mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
     return;
   }
   const int64_t F = c.d_ffn;
+  const auto n = static_cast<double>(T * F);
   if (c.mlp == MlpKind::Gelu) {
-    backend_.matmul(xn_.data(), T, {&lw.w_up}, {up_.data()});
+    matmul("w_up", xn_.data(), T, {&lw.w_up}, {up_.data()});
     if (lw.b_up != nullptr) backend_.add_bias(up_.data(), lw.b_up, T, F);
-    backend_.gelu_mul(up_.data(), nullptr, gate_.data(), T, F);
+    timed([&] { backend_.gelu_mul(up_.data(), nullptr, gate_.data(), T, F); },
+          [&] {
+            return OpRecord{OpGroup::Elementwise, "gelu", 0, 0, 2 * n * 4};
+          });
   } else {
-    backend_.matmul(xn_.data(), T, {&lw.w_gate, &lw.w_up}, {gate_.data(), up_.data()});
+    matmul("w_gate+w_up", xn_.data(), T, {&lw.w_gate, &lw.w_up}, {gate_.data(), up_.data()});
     if (lw.b_up != nullptr) backend_.add_bias(up_.data(), lw.b_up, T, F);
     if (c.mlp == MlpKind::GeGlu) {
-      backend_.gelu_mul(gate_.data(), up_.data(), gate_.data(), T, F);
+      timed([&] { backend_.gelu_mul(gate_.data(), up_.data(), gate_.data(), T, F); },
+            [&] {
+              return OpRecord{OpGroup::Elementwise, "gelu_mul", 0, 0, 3 * n * 4};
+            });
     } else {
-      backend_.silu_mul(gate_.data(), up_.data(), gate_.data(), T, F);
+      silu_mul(gate_.data(), up_.data(), T, F);
     }
   }
-  backend_.matmul(gate_.data(), T, {&lw.w_down}, {tmp_.data()});
+  matmul("w_down", gate_.data(), T, {&lw.w_down}, {tmp_.data()});
   if (lw.b_down != nullptr) backend_.add_bias(tmp_.data(), lw.b_down, T, c.d_model);
 }
 
@@ -153,14 +186,20 @@ std::span<const float> DecoderModel::logits(const Batch& batch) {
     hidden_states_ = backend_.to_host(hidden_.data(), H * c.d_model, host_hidden_);
   }
   const auto R = static_cast<int64_t>(batch.logit_rows.size());
-  if (R == 0) return {};
+  if (R == 0) {
+    if (observer_ != nullptr) observer_->end_step({});
+    return {};
+  }
   backend_.reserve(final_, R * c.d_model);
   backend_.reserve(logits_, R * c.vocab_size);
   backend_.gather_rows(x_.data(), c.d_model, batch.logit_rows, final_.data());
   norm(final_.data(), weights_.final_norm, weights_.final_norm_bias, final_.data(), R);
-  backend_.matmul(final_.data(), R, {&weights_.lm_head}, {logits_.data()});
+  matmul("lm_head", final_.data(), R, {&weights_.lm_head}, {logits_.data()});
   if (c.final_softcap > 0.0f) backend_.softcap(logits_.data(), c.final_softcap, R, c.vocab_size);
-  return backend_.to_host(logits_.data(), R * c.vocab_size, host_logits_);
+  const std::span<const float> logits =
+      backend_.to_host(logits_.data(), R * c.vocab_size, host_logits_);
+  if (observer_ != nullptr) observer_->end_step(logits);
+  return logits;
 }
 
 }  // namespace ember

@@ -5,10 +5,13 @@
 // gemma.cpp, gpt2.cpp) say how a block wires them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
+#include "ember/model/forward_observer.h"
 #include "ember/model/model.h"
 #include "ember/model/moe_routing.h"
 
@@ -33,10 +36,44 @@ class DecoderModel : public Model {
   void moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T);
   // Final norm, lm_head and soft-cap for the batch's logit rows.
   std::span<const float> logits(const Batch& batch);
+  // x += tmp [T, d_model]: the residual add after `sublayer` of `layer`. With an observer, reports
+  // tmp and x (and after the MLP, the logit lens of x): decoder_observe.cpp.
+  void add_residual(int64_t layer, Sublayer sublayer, int64_t T);
+
+  // backend_.matmul of x [T, K] by ws into ys; with an observer, timed as `name` with its FLOPs
+  // and bytes (weights, input, outputs).
+  void matmul(const char* name, const float* x, int64_t T,
+              std::initializer_list<const WeightMatrix*> ws, std::initializer_list<float*> ys);
+  // gate = silu(gate) * up, [rows, n]; timed with an observer.
+  void silu_mul(float* gate, const float* up, int64_t rows, int64_t n);
+  // Runs fn; with an observer, reports make_record() with fn's wall time (the record is only made
+  // when observed: without an observer this is fn and one pointer test).
+  template <class Fn, class MakeRecord>
+  void timed(Fn&& fn, MakeRecord&& make_record) {
+    if (observer_ == nullptr) {
+      fn();
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    OpRecord record = make_record();
+    record.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    observer_->op(record);
+  }
+  // The observer's views of the embedding (begin_step, residual -1, its logit lens), of the
+  // attention sublayer's inputs and output, and of the residual after a layer decoded as logits.
+  void observe_embedding(const Batch& batch);
+  void observe_attention_inputs(int64_t layer, int64_t T, const AttentionScores& scores);
+  void observe_logit_lens(int64_t layer, int64_t T);
+  // The attention op's arithmetic and the K/V bytes it reads at least (each sequence's keys once).
+  OpRecord attention_record(const Batch& batch, const KvStorage& kv,
+                            const AttentionScores& scores) const;
 
  public:
   std::span<const int64_t> expert_load() const override { return expert_load_; }
   std::span<const float> hidden_states() const override { return hidden_states_; }
+  void set_observer(ForwardObserver* observer) override { observer_ = observer; }
 
  protected:
   const ModelWeights& weights_;
@@ -56,6 +93,10 @@ class DecoderModel : public Model {
   std::vector<float> host_router_, host_shared_gate_;
   ExpertRoutes routes_;
   std::vector<int64_t> expert_load_;  // Model::expert_load()
+  // ember trace (forward_observer.h); null: nothing observed. Host staging for its views.
+  ForwardObserver* observer_ = nullptr;
+  std::vector<float> observed_[3];
+  Activations lens_x_, lens_logits_;  // the logit lens: normed residual [T, d_model], [T, vocab]
 };
 
 }  // namespace ember

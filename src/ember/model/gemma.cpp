@@ -15,7 +15,7 @@ class GemmaModel : public DecoderModel {
   explicit GemmaModel(const ModelWeights& weights) : DecoderModel(weights) {}
 
   std::span<const float> forward(const Batch& batch, KvStorage& kv) override {
-    const int64_t T = batch.size(), D = config_.d_model;
+    const int64_t T = batch.size();
     reserve(T);
     embed(batch);
     for (int64_t l = 0; l < config_.n_layers; ++l) {
@@ -23,11 +23,11 @@ class GemmaModel : public DecoderModel {
       norm(x_.data(), lw.attn_norm, nullptr, xn_.data(), T);
       attention(l, lw, batch, kv);
       norm(tmp_.data(), lw.attn_out_norm, nullptr, tmp_.data(), T);
-      backend_.add(x_.data(), tmp_.data(), T, D);
+      add_residual(l, Sublayer::Attention, T);
       norm(x_.data(), lw.ffn_norm, nullptr, xn_.data(), T);
       mlp(l, lw, T);
       norm(tmp_.data(), lw.ffn_out_norm, nullptr, tmp_.data(), T);
-      backend_.add(x_.data(), tmp_.data(), T, D);
+      add_residual(l, Sublayer::Mlp, T);
     }
     return logits(batch);
   }

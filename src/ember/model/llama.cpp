@@ -15,17 +15,17 @@ class LlamaModel : public DecoderModel {
   explicit LlamaModel(const ModelWeights& weights) : DecoderModel(weights) {}
 
   std::span<const float> forward(const Batch& batch, KvStorage& kv) override {
-    const int64_t T = batch.size(), D = config_.d_model;
+    const int64_t T = batch.size();
     reserve(T);
     embed(batch);
     for (int64_t l = 0; l < config_.n_layers; ++l) {
       const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
       norm(x_.data(), lw.attn_norm, nullptr, xn_.data(), T);
       attention(l, lw, batch, kv);
-      backend_.add(x_.data(), tmp_.data(), T, D);
+      add_residual(l, Sublayer::Attention, T);
       norm(x_.data(), lw.ffn_norm, nullptr, xn_.data(), T);
       mlp(l, lw, T);
-      backend_.add(x_.data(), tmp_.data(), T, D);
+      add_residual(l, Sublayer::Mlp, T);
     }
     return logits(batch);
   }

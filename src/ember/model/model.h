@@ -11,6 +11,7 @@
 #include <span>
 
 #include "ember/backend/backend.h"
+#include "ember/model/forward_observer.h"
 #include "ember/model/weights.h"
 
 namespace ember {
@@ -28,6 +29,8 @@ class Model {
   // The final hidden states (after the last norm, before lm_head) of the last forward's
   // batch.hidden_rows, [hidden_rows.size(), d_model] in host memory: embeddings.
   virtual std::span<const float> hidden_states() const { return {}; }
+  // Shows the following forward passes to `observer` (null: none), as forward_observer.h says.
+  virtual void set_observer(ForwardObserver* observer) {}
 };
 
 // The forward pass of weights.config.architecture's family.
