@@ -35,7 +35,7 @@ TEST(ServerChatPage, ServedWithItsControlsAndAWorkingStreamReader) {
   const auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
   test::ServerProcess server("-m " + test::shell_quote(model.string()) +
-                             " -t 2 --api-key page-k3y");
+                             " -t 2 --api-key page-k3y --allow-trace");
   ASSERT_TRUE(server.ready()) << server.startup_error();
   httplib::Client client("127.0.0.1", server.port());
   auto page = client.Get("/");
@@ -85,11 +85,15 @@ try {
   out.model = await page.$eval('#model', (e) => e.value);
   await page.$eval('#temperature', (e) => { e.value = '0'; });
   await page.$eval('#max_tokens', (e) => { e.value = '24'; });
+  out.trace_offered = await page.$eval('#trace_label', (e) => !e.hidden);
+  await page.click('#trace');
   await page.type('#prompt', 'Once upon a time');
   await page.click('#send');
   await page.waitForSelector('.msg.assistant .stats', { timeout: 30000 });
   out.reply = await page.$eval('.msg.assistant', (e) => e.firstChild.textContent);
   out.stats = await page.$eval('.msg.assistant .stats', (e) => e.textContent);
+  out.trace_id = await page.$eval('.msg.assistant .trace-link', (e) => e.dataset.trace);
+  await page.click('#trace');  // the long answer below is not traced
   await page.$eval('#max_tokens', (e) => { e.value = '1500'; });
   await page.$eval('#temperature', (e) => { e.value = '1'; });
   await page.type('#prompt', 'Tell me a long story');
@@ -119,7 +123,7 @@ TEST(ServerChatPage, ChatRoundTripAndStopInHeadlessChromium) {
   std::ofstream(dir / "chat_page.mjs") << kBrowserScript;
 
   test::ServerProcess server("-m " + test::shell_quote(model.string()) +
-                             " -t 2 --api-key page-k3y");
+                             " -t 2 --api-key page-k3y --allow-trace");
   ASSERT_TRUE(server.ready()) << server.startup_error();
   std::string out;
   int rc = test::run_shell("cd " + test::shell_quote(dir.string()) +
@@ -141,6 +145,16 @@ TEST(ServerChatPage, ChatRoundTripAndStopInHeadlessChromium) {
   EXPECT_NE(r["stopped"].get<std::string>().find("stopped"), std::string::npos) << out;
   EXPECT_TRUE(r["send_enabled"].get<bool>());
   EXPECT_TRUE(std::filesystem::exists(shots / "chat_page.png"));
+  // "Trace answers" (offered: --allow-trace) put a link under the first answer; its page is the
+  // trace of that answer.
+  EXPECT_TRUE(r["trace_offered"].get<bool>()) << out;
+  ASSERT_TRUE(r["trace_id"].is_string()) << out;
+  httplib::Client c("127.0.0.1", server.port());
+  auto trace =
+      c.Get("/trace/" + r["trace_id"].get<std::string>(), {{"Authorization", "Bearer page-k3y"}});
+  ASSERT_TRUE(trace);
+  EXPECT_EQ(trace->status, 200);
+  EXPECT_NE(trace->body.find("\"ember_trace\":1"), std::string::npos);
   // The stopped answer was cancelled on the server, not left running.
   bool cancelled = false;
   for (int i = 0; i < 100 && !cancelled; ++i) {

@@ -11,6 +11,7 @@ void Batch::clear() {
   sequences.clear();
   logit_rows.clear();
   hidden_rows.clear();
+  observed_sequence = -1;
   positions.clear();
   sequence_of.clear();
 }

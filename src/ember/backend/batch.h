@@ -21,6 +21,9 @@ struct Batch {
   std::vector<BatchSequence> sequences;  // in the same order as their tokens
   std::vector<int32_t> logit_rows;       // flat token indices whose logits are wanted
   std::vector<int32_t> hidden_rows;      // flat token indices whose final hidden states are wanted
+  // ember trace: the index in `sequences` of the one a ForwardObserver records (-1: the step's
+  // only sequence, or none observed).
+  int32_t observed_sequence = -1;
   // Derived by finalize(): per token, its position and its sequence's index.
   std::vector<int32_t> positions;    // [T]
   std::vector<int32_t> sequence_of;  // [T]

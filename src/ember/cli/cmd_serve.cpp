@@ -39,6 +39,7 @@ struct ServeOptions {
   std::string api_key;       // --api-key
   std::string api_key_file;  // --api-key-file
   bool strict_api = false;
+  bool allow_trace = false;
   std::string ssl_cert, ssl_key;
   std::vector<std::string> cors_origins;
   std::string max_body = "16MiB";
@@ -226,6 +227,10 @@ int serve_command(const ServeOptions& o) {
   http_options.ssl_cert = o.ssl_cert;
   http_options.ssl_key = o.ssl_key;
   http_options.cors_origins = o.cors_origins;
+  http_options.allow_trace = o.allow_trace;
+  if (o.allow_trace) {  // the ceilings every trace's roofline is drawn against, measured once
+    http_options.trace_machine = measure_trace_machine(*model.weights.backend, true, 256);
+  }
   const int64_t max_body = parse_byte_size(o.max_body);
   if (max_body < 1024)
     throw Error::invalid_request("--max-body", "--max-body must be at least 1KiB");
@@ -322,6 +327,11 @@ Command add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ssl-cert", o->ssl_cert, "Serve HTTPS with this PEM certificate (chain)");
   cmd->add_option("--ssl-key", o->ssl_key, "The PEM private key of --ssl-cert");
+  cmd->add_flag("--allow-trace", o->allow_trace,
+                "Let requests ask for \"trace\": true (ember trace of their forward passes: "
+                "logit lens, attention maps, residual stream, KV cache, roofline; GET "
+                "/trace/{id} serves the page). Off: such requests get 400. Tracing slows the "
+                "steps the traced request shares with others");
   cmd->add_flag("--strict-api", o->strict_api,
                 "Refuse request fields no API knows (400) instead of ignoring them with a warning");
   cmd->add_option("--drain-timeout", o->drain_timeout,

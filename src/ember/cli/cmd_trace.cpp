@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "ember/cli/commands.h"
-#include "ember/core/bandwidth_probe.h"
 #include "ember/core/error.h"
 #include "ember/engine/llm_engine.h"
 #include "ember/trace/trace_page.h"
@@ -35,21 +34,6 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) throw Error(ErrorKind::InvalidArgument, path + ": cannot write the trace there");
   out << text;
   if (!out.flush()) throw Error(path + ": writing the trace failed");
-}
-
-// The machine's ceilings for the roofline: read bandwidth on all threads, each compute family.
-TraceMachine measure_machine(Backend& backend, const TraceCommandOptions& o) {
-  TraceMachine m;
-  const BackendInfo info = backend.info();
-  m.backend = info.name;
-  m.kernels = info.kernels;
-  m.threads = info.threads;
-  if (o.no_probe) return m;
-  std::fprintf(stderr, "[ember] trace: measuring the machine's bandwidth and compute peaks\n");
-  BandwidthProbe probe(static_cast<size_t>(o.probe_mb) << 20, /*huge_pages=*/true);
-  m.read_gbps = probe.measure(info.threads);
-  m.peaks = backend.probe_compute();
-  return m;
 }
 
 int trace_command(const TraceCommandOptions& o) {
@@ -87,7 +71,7 @@ int trace_command(const TraceCommandOptions& o) {
   context.weight_dtype = dtype_name(model.weights.matrix_dtype());
   context.kv = engine.runner().kv_shape();
   context.tokenizer = &tok;
-  context.machine = measure_machine(*model.weights.backend, o);
+  context.machine = measure_trace_machine(*model.weights.backend, !o.no_probe, o.probe_mb);
 
   GenerationRequest req;
   req.prompt = ids;

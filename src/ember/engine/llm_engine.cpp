@@ -211,6 +211,10 @@ std::unique_ptr<Sequence> LLMEngine::make_sequence(GenerationRequest request) co
   seq->detokenizer = Detokenizer(tokenizer_, request.stop, request.strip_leading_space);
   seq->stream = std::make_shared<RequestStream>(seq->id);
   seq->request = std::move(request);
+  if (seq->request.observer != nullptr) {  // an observed request computes all it shows
+    seq->request.session = 0;
+    seq->request.speculative = false;
+  }
   seq->arrival_time = Sequence::Clock::now();
   return seq;
 }
@@ -317,7 +321,10 @@ bool LLMEngine::step() {
   }
   build_batch(chunks);
   const auto forward_start = Sequence::Clock::now();
+  ForwardObserver* observer = observe_step(chunks);
+  runner_.set_observer(observer);
   const std::span<const float> logits = runner_.run(batch_);
+  if (observer != forward_observer_) runner_.set_observer(forward_observer_);
   if (std::any_of(chunks.begin(), chunks.end(), [](const auto& c) { return c.seq->n_draft > 0; })) {
     spec_stats_.verify_seconds += seconds_between(forward_start, Sequence::Clock::now());
   }
@@ -530,6 +537,18 @@ void LLMEngine::finish(Sequence* s, FinishReason reason, const std::string& erro
   } else {
     scheduler_.remove(s);
   }
+}
+
+// The step's observer: the first scheduled request that has one (its rows are
+// batch_.observed_sequence's), else the engine's own (set_forward_observer), else none.
+ForwardObserver* LLMEngine::observe_step(const std::vector<ScheduledChunk>& chunks) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].seq->request.observer != nullptr) {
+      batch_.observed_sequence = static_cast<int32_t>(i);
+      return chunks[i].seq->request.observer.get();
+    }
+  }
+  return forward_observer_;
 }
 
 void LLMEngine::update_gauges() {

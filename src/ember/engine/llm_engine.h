@@ -74,8 +74,12 @@ class LLMEngine {
   int64_t max_request_tokens() const;
   int64_t vocab_size() const { return runner_.vocab_size(); }
   const ModelRunner& runner() const { return runner_; }
-  // Shows the following steps' forward passes to `observer` (ember trace; null: none).
-  void set_forward_observer(ForwardObserver* observer) { runner_.set_observer(observer); }
+  // Shows the following steps' forward passes to `observer` (ember trace; null: none). A request
+  // with an observer of its own (GenerationRequest::observer) has its steps shown to that one.
+  void set_forward_observer(ForwardObserver* observer) {
+    forward_observer_ = observer;
+    runner_.set_observer(observer);
+  }
   const KvBlockManager& kv() const { return scheduler_.kv(); }
   int64_t kv_bytes_in_use() const;
   // Moves every cached block no sequence holds out of the pool into the offload tiers (bench: a
@@ -117,6 +121,7 @@ class LLMEngine {
   int32_t draw_draft_guess(Sequence& s, std::span<const float> logits,
                            std::span<const int32_t> tokens);
   void finish(Sequence* s, FinishReason reason, const std::string& error = "");
+  ForwardObserver* observe_step(const std::vector<ScheduledChunk>& chunks);
   void update_gauges();
   // metrics_.expert_tokens from the runner's expert load (metrics_mutex_ held).
   void publish_expert_load();
@@ -138,8 +143,9 @@ class LLMEngine {
   std::unique_ptr<KvTierStore> kv_tiers_;  // offload tiers, when configured
   std::unique_ptr<KvTierSpill> kv_spill_;
   SpeculativeOptions speculative_;
-  std::unique_ptr<DraftProposer> draft_;  // the draft model, when speculation uses one
-  SpeculativeStats spec_stats_;           // engine thread; copied into metrics_ by update_gauges
+  std::unique_ptr<DraftProposer> draft_;         // the draft model, when speculation uses one
+  ForwardObserver* forward_observer_ = nullptr;  // set_forward_observer
+  SpeculativeStats spec_stats_;  // engine thread; copied into metrics_ by update_gauges
   Batch batch_;
   std::unordered_map<int64_t, SessionCache> sessions_;
   mutable std::atomic<int64_t> next_id_{1};

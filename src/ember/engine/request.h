@@ -16,6 +16,7 @@
 
 #include "ember/engine/sampling/sampler.h"
 #include "ember/engine/token_constraint.h"
+#include "ember/model/forward_observer.h"
 
 namespace ember {
 
@@ -56,6 +57,11 @@ struct GenerationRequest {
   // SentencePiece: drop the space a leading '▁' stands for from the first text (a prompt that is
   // only BOS, as llama.cpp prints it).
   bool strip_leading_space = false;
+  // ember trace: the forward passes of this request's steps are shown to `observer` (its rows of
+  // each batch: Batch::observed_sequence). Such a request computes its whole prompt (no prefix
+  // from the cache or a session) and never speculates; the engine observes one request per step
+  // (a second one observed in the same step runs unobserved in it).
+  std::shared_ptr<ForwardObserver> observer;
   // Nonzero: when this request finishes, its K/V stays cached for the session, and the session's
   // next request starts from the longest token prefix it shares with it (as llama.cpp's server
   // slots do: a chat's turns re-send the whole conversation). LLMEngine::end_session frees it.

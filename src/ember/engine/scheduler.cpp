@@ -84,10 +84,11 @@ void Scheduler::schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& b
          static_cast<int64_t>(running_.size()) < config_.max_sequences) {
     Sequence* s = waiting_.front().get();
     if (!s->prefix_looked_up) {
-      // Echo's logprobs cover every prompt token: such a request takes no prefix (prompt_logits
-      // rows start after a cached prefix, which the tests of the tiers rely on).
-      s->n_cached =
-          s->request.prompt_logprobs >= 0 ? 0 : kv_.match_prefix(s->block_table, s->tokens);
+      // Echo's logprobs cover every prompt token, and a traced request shows every prompt
+      // position: such requests take no prefix (prompt_logits rows start after a cached prefix,
+      // which the tests of the tiers rely on).
+      const bool whole = s->request.prompt_logprobs >= 0 || s->request.observer != nullptr;
+      s->n_cached = whole ? 0 : kv_.match_prefix(s->block_table, s->tokens);
       if (!s->scheduled_once) s->cached_prompt_tokens = std::min(s->n_cached, s->n_prompt);
       s->prefix_looked_up = true;
     }

@@ -95,6 +95,7 @@ class DecoderModel : public Model {
   std::vector<int64_t> expert_load_;  // Model::expert_load()
   // ember trace (forward_observer.h); null: nothing observed. Host staging for its views.
   ForwardObserver* observer_ = nullptr;
+  const Batch* observed_batch_ = nullptr;  // the step being observed (its observed_sequence)
   std::vector<float> observed_[3];
   Activations lens_x_, lens_logits_;  // the logit lens: normed residual [T, d_model], [T, vocab]
 };

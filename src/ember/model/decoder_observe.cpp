@@ -61,6 +61,7 @@ void DecoderModel::add_residual(int64_t layer, Sublayer sublayer, int64_t T) {
 }
 
 void DecoderModel::observe_embedding(const Batch& batch) {
+  observed_batch_ = &batch;  // until the next step's
   const int64_t T = batch.size(), D = config_.d_model;
   const std::span<const float> x = backend_.to_host(x_.data(), T * D, observed_[0]);
   observer_->residual(-1, Sublayer::Attention, x, x);
@@ -75,28 +76,38 @@ void DecoderModel::observe_attention_inputs(int64_t layer, int64_t T,
                               backend_.to_host(v_.data(), T * c.kv_dim(), observed_[2]), scores);
 }
 
-// The residual as the model's head reads it: final norm, lm_head, soft-cap, for every token of
-// the step (the ops logits() runs on the logit rows).
+// The residual as the model's head reads it: final norm, lm_head, soft-cap, for the observed
+// sequence's tokens (the ops logits() runs on the logit rows).
 void DecoderModel::observe_logit_lens(int64_t layer, int64_t T) {
   if (!observer_->wants_logit_lens()) return;
   const ModelConfig& c = config_;
-  backend_.reserve(lens_x_, T * c.d_model);
-  backend_.reserve(lens_logits_, T * c.vocab_size);
+  int64_t row0 = 0, n = T;
+  if (observed_batch_ != nullptr && observed_batch_->observed_sequence >= 0) {
+    const auto& seqs = observed_batch_->sequences;
+    const auto index = static_cast<size_t>(observed_batch_->observed_sequence);
+    row0 = 0;
+    for (size_t i = 0; i < index; ++i) row0 += seqs[i].n_tokens;
+    n = seqs[index].n_tokens;
+  }
+  if (n == 0) return;
+  backend_.reserve(lens_x_, n * c.d_model);
+  backend_.reserve(lens_logits_, n * c.vocab_size);
   ForwardObserver* observer = observer_;
   observer_ = nullptr;  // the lens is not part of the step's op times
+  const float* x = x_.data() + row0 * c.d_model;
   if (c.norm == NormKind::Layer) {
-    backend_.layernorm(x_.data(), weights_.final_norm, weights_.final_norm_bias, lens_x_.data(), T,
+    backend_.layernorm(x, weights_.final_norm, weights_.final_norm_bias, lens_x_.data(), n,
                        c.d_model, c.rms_norm_eps);
   } else {
-    backend_.rmsnorm(x_.data(), weights_.final_norm, lens_x_.data(), T, c.d_model, c.rms_norm_eps);
+    backend_.rmsnorm(x, weights_.final_norm, lens_x_.data(), n, c.d_model, c.rms_norm_eps);
   }
-  backend_.matmul(lens_x_.data(), T, {&weights_.lm_head}, {lens_logits_.data()});
+  backend_.matmul(lens_x_.data(), n, {&weights_.lm_head}, {lens_logits_.data()});
   if (c.final_softcap > 0.0f) {
-    backend_.softcap(lens_logits_.data(), c.final_softcap, T, c.vocab_size);
+    backend_.softcap(lens_logits_.data(), c.final_softcap, n, c.vocab_size);
   }
   observer_ = observer;
   observer_->logit_lens(layer,
-                        backend_.to_host(lens_logits_.data(), T * c.vocab_size, observed_[0]));
+                        backend_.to_host(lens_logits_.data(), n * c.vocab_size, observed_[0]));
 }
 
 OpRecord DecoderModel::attention_record(const Batch& batch, const KvStorage& kv,

@@ -48,7 +48,8 @@ class ForwardObserver {
   // Whether the model should decode the residual after each layer through the final norm and
   // lm_head (logit_lens below): a full lm_head per layer, so off unless asked.
   virtual bool wants_logit_lens() const { return false; }
-  // Logits [T, vocab] of the residual after layer `layer` (-1: the embedding).
+  // Logits of the residual after layer `layer` (-1: the embedding), for the observed sequence's
+  // rows only (Batch::observed_sequence; every row when -1): [its tokens, vocab].
   virtual void logit_lens(int64_t layer, std::span<const float> logits) {}
   virtual void op(const OpRecord& record) {}
   // The step's logits (the batch's logit rows), after the forward pass.

@@ -39,7 +39,10 @@ void HttpServer::respond_whole(Relay& relay, httplib::Response& res) const {
     results.push_back(choice.acc);
   }
   relay.done = true;
-  send_body(res, completion_response(relay.api, relay.meta, results, tokenizer_));
+  finish_trace(relay);
+  auto body = completion_response(relay.api, relay.meta, results, tokenizer_);
+  if (!relay.trace_id.empty()) body["trace_id"] = relay.trace_id;  // ember extension
+  send_body(res, body);
 }
 
 void HttpServer::respond_stream(const std::shared_ptr<Relay>& relay, httplib::Response& res) const {
@@ -57,8 +60,9 @@ void HttpServer::respond_stream(const std::shared_ptr<Relay>& relay, httplib::Re
         if (relay->done) sink.done();
         return true;
       },
-      [relay](bool success) {
+      [this, relay](bool success) {
         if (!success || !relay->done) relay->cancel();
+        finish_trace(*relay);
       });
 }
 

@@ -116,6 +116,16 @@ HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemp
   http_->set_payload_max_length(options_.max_body_bytes);
   // httplib also applies this to the wait for a new connection's first request: keep it generous.
   http_->set_keep_alive_timeout(10);
+  if (options_.allow_trace) {
+    const LLMEngine& engine = engine_.engine();
+    TraceContext context;
+    context.model_name = options_.model_id;
+    context.weight_dtype = dtype_name(engine.runner().weights().matrix_dtype());
+    context.kv = engine.runner().kv_shape();
+    context.tokenizer = &tokenizer_;
+    context.machine = options_.trace_machine;
+    traces_ = std::make_unique<TraceStore>(std::move(context));
+  }
   route();
 }
 
@@ -276,6 +286,9 @@ void HttpServer::route() {
   });
   http_->Get("/metrics",
              [this](const httplib::Request&, httplib::Response& res) { handle_metrics(res); });
+  http_->Get(
+      R"(/trace/([A-Za-z0-9-]+))",
+      [this](const httplib::Request& req, httplib::Response& res) { handle_trace_page(req, res); });
   // Unmatched routes, 413 for oversized bodies, etc.: OpenAI-style JSON instead of httplib's
   // empty bodies. Handlers' own error responses already have a body and pass through.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -350,6 +363,7 @@ void HttpServer::handle_models(httplib::Response& res) const {
                 {"created", created_},
                 {"owned_by", "ember"},
                 {"max_model_len", engine_.max_request_tokens()}};
+  if (traces_ != nullptr) model["ember_trace"] = true;  // requests may ask for "trace": true
   send_json(res, json{{"object", "list"}, {"data", json::array({model})}});
 }
 
@@ -391,8 +405,12 @@ void HttpServer::handle_generate(Endpoint endpoint, const httplib::Request& http
     api.tool_format = tool_format_;
     api.compiled_grammar = compile_grammar(api);
     std::vector<int32_t> prompt = tokenize_prompt(api);
+    if (api.trace && traces_ == nullptr) {
+      throw Error::invalid_request("trace", "'trace' needs a server started with --allow-trace");
+    }
     std::shared_ptr<Relay> relay = submit(std::move(api), std::move(prompt));
     relay->active = std::move(active);
+    if (!relay->trace_id.empty()) res.set_header("X-Ember-Trace-Id", relay->trace_id);
     if (relay->api.stream) {
       respond_stream(relay, res);
     } else {
@@ -487,6 +505,7 @@ std::shared_ptr<Relay> HttpServer::submit(ApiRequest api, std::vector<int32_t> p
       g.constraint = std::make_shared<grammar::GrammarConstraint>(api.compiled_grammar);
     // Echo with logprobs: choice 0 computes the prompt's logprobs once for every choice.
     if (api.echo && index == 0) g.prompt_logprobs = gen.logprobs;
+    if (api.trace && index == 0) start_trace(*relay, g);
     try {
       relay->choices.push_back(Choice{engine_.submit(std::move(g)), {}, std::nullopt, false});
     } catch (const Error& e) {

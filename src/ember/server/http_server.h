@@ -16,6 +16,7 @@
 
 #include "ember/engine/async_engine.h"
 #include "ember/server/openai_api.h"
+#include "ember/server/trace_store.h"
 #include "ember/tokenizer/chat_template.h"
 #include "ember/tokenizer/tokenizer.h"
 
@@ -51,6 +52,10 @@ struct ServerOptions {
   // TLS: PEM certificate (chain) and private key; both empty: plain HTTP.
   std::string ssl_cert;
   std::string ssl_key;
+  // Requests may ask for "trace": true (ember trace of their forward passes, GET /trace/{id});
+  // off: such a request is refused (400). The machine's ceilings for the traces' rooflines.
+  bool allow_trace = false;
+  TraceMachine trace_machine;
 };
 
 class HttpServer {
@@ -108,6 +113,10 @@ class HttpServer {
   void handle_models(httplib::Response& res) const;
   void handle_embeddings(const httplib::Request& req, httplib::Response& res);
   void handle_metrics(httplib::Response& res) const;
+  // ember trace (http_trace.cpp): GET /trace/{id}; a traced request's recorder and its end.
+  void handle_trace_page(const httplib::Request& req, httplib::Response& res);
+  void start_trace(Relay& relay, GenerationRequest& choice0);
+  void finish_trace(const Relay& relay) const;
   void count_response(int status);
 
   AsyncEngine& engine_;
@@ -116,6 +125,7 @@ class HttpServer {
   ToolCallFormat tool_format_;  // how this model writes tool calls (from its template)
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<TraceStore> traces_;  // with allow_trace
   size_t max_piece_bytes_ = 1;  // longest token's bytes: bounds tokens-per-byte for a quick check
   int64_t created_ = 0;
   std::atomic<bool> draining_{false};

@@ -41,6 +41,9 @@ struct ApiRequest {
   // Completions echo: the response text (and logprobs) start with the prompt. echo_tokens: the
   // prompt's tokens without a BOS the tokenizer added (set by the server once it tokenized);
   // echo_after_bos: such a BOS came first, so the first echoed token has a logprob too.
+  // ember extension: record the request's forward passes (ember trace) for GET /trace/{id}
+  // (servers started with --allow-trace).
+  bool trace = false;
   bool echo = false;
   std::vector<int32_t> echo_tokens;
   bool echo_after_bos = false;

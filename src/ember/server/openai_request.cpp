@@ -285,7 +285,7 @@ void refuse_unhandled_fields(Endpoint endpoint, const json& body, bool strict, A
       "model", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens",
       "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "presence_penalty",
       "frequency_penalty", "stop", "ignore_eos", "logprobs", "logit_bias", "min_tokens",
-      "speculative", "user",
+      "speculative", "trace", "user",
       // harmless to ignore: they change no output
       "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"};
   static const std::set<std::string> completions = {"prompt", "echo", "best_of", "grammar"};
@@ -357,6 +357,10 @@ ApiRequest parse_object(Endpoint endpoint, const json& body, const nlohmann::ord
   g.stop = get_stop(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
   g.speculative = get_bool(body, "speculative", true);  // ember extension: opt out per request
+  req.trace = get_bool(body, "trace", false);           // ember extension: GET /trace/{id}
+  if (req.trace && req.n > 1) {
+    throw Error::invalid_request("trace", "'trace' records one choice: use n = 1");
+  }
   if (auto m = get_int(body, "min_tokens")) {
     if (*m < 0) throw Error::invalid_request("min_tokens", "'min_tokens' must be >= 0");
     g.min_tokens = *m;

@@ -78,6 +78,7 @@ struct Relay {
   bool started = false;
   bool echo_sent = false;  // streamed echo: the prompt chunks went out
   bool done = false;
+  std::string trace_id;  // "trace": true: its id in the server's TraceStore
 
   void cancel() {
     for (Choice& c : choices) c.stream->cancel();

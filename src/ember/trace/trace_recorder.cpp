@@ -5,8 +5,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "ember/core/error.h"
-
 namespace ember {
 
 namespace {
@@ -81,45 +79,69 @@ bool TraceRecorder::row_selected(int64_t position) const {
   return (n_prompt_ - 1 - position) % stride == 0;
 }
 
+void TraceRecorder::stop(std::string why) {
+  if (problem_.empty()) problem_ = std::move(why);
+  active_ = false;
+  pending_lens_.clear();
+}
+
 void TraceRecorder::begin_step(const Batch& batch) {
-  if (batch.sequences.size() != 1) {
-    throw Error("ember trace: a traced step holds one sequence, this one holds " +
-                std::to_string(batch.sequences.size()));
+  active_ = false;
+  if (!problem_.empty()) return;
+  const int64_t index = batch.observed_sequence >= 0  ? batch.observed_sequence
+                        : batch.sequences.size() == 1 ? 0
+                                                      : -1;
+  if (index < 0) {
+    return stop("a step held " + std::to_string(batch.sequences.size()) +
+                " sequences and none was marked as the traced one");
   }
-  const int64_t first = batch.sequences[0].start_position;
-  if (first != static_cast<int64_t>(tokens_.size())) {
-    throw Error("ember trace: a step starts at position " + std::to_string(first) +
-                " where the trace has " + std::to_string(tokens_.size()) +
-                " tokens (prefix caching and speculation are off for traces)");
+  const BatchSequence& seq = batch.sequences[static_cast<size_t>(index)];
+  if (seq.start_position != static_cast<int64_t>(tokens_.size())) {
+    return stop("the request's step " + std::to_string(steps_.size()) + " started at position " +
+                std::to_string(seq.start_position) + " where the trace had " +
+                std::to_string(tokens_.size()) + " (preempted and recomputed)");
   }
-  if (!batch.tokens.empty() && !pending_lens_.empty()) settle_lens(batch.tokens[0]);
-  if (n_prompt_ < 0) n_prompt_ = batch.size();
-  tokens_.insert(tokens_.end(), batch.tokens.begin(), batch.tokens.end());
-  step_first_ = first;
-  step_tokens_ = batch.size();
+  row0_ = 0;
+  for (int64_t i = 0; i < index; ++i) row0_ += batch.sequences[static_cast<size_t>(i)].n_tokens;
+  const auto first_token = batch.tokens.begin() + row0_;
+  if (seq.n_tokens > 0 && !pending_lens_.empty()) settle_lens(*first_token);
+  if (n_prompt_ < 0) n_prompt_ = seq.n_tokens;
+  tokens_.insert(tokens_.end(), first_token, first_token + seq.n_tokens);
+  step_first_ = seq.start_position;
+  step_tokens_ = seq.n_tokens;
   TraceStep step;
-  step.first_position = first;
-  step.n_tokens = batch.size();
+  step.first_position = step_first_;
+  step.n_tokens = step_tokens_;
+  step.batch_tokens = batch.size();
+  step.batch_sequences = static_cast<int64_t>(batch.sequences.size());
   steps_.push_back(std::move(step));
   step_start_ = now_seconds();
+  active_ = true;
 }
 
 void TraceRecorder::attention_inputs(int64_t layer, std::span<const float> q,
                                      std::span<const float> k, std::span<const float> v,
                                      const AttentionScores& scores) {
+  if (!active_) return;
   const int64_t hd = config_.head_dim, kv_dim = config_.n_kv_heads * hd;
+  const int64_t q_dim = config_.n_heads * hd;
   auto& ks = k_[static_cast<size_t>(layer)];
   auto& vs = v_[static_cast<size_t>(layer)];
-  ks.insert(ks.end(), k.begin(), k.end());
-  vs.insert(vs.end(), v.begin(), v.end());
+  const auto rows = [&](std::span<const float> x, int64_t width) {
+    return x.subspan(static_cast<size_t>(row0_ * width), static_cast<size_t>(step_tokens_ * width));
+  };
+  const std::span<const float> k_rows = rows(k, kv_dim), v_rows = rows(v, kv_dim);
+  ks.insert(ks.end(), k_rows.begin(), k_rows.end());
+  vs.insert(vs.end(), v_rows.begin(), v_rows.end());
   if (static_cast<int64_t>(ks.size()) != (step_first_ + step_tokens_) * kv_dim) {
-    throw Error("ember trace: layer " + std::to_string(layer) + " saw K rows out of step");
+    return stop("layer " + std::to_string(layer) + " showed K rows out of step");
   }
+  const float* q_rows = rows(q, q_dim).data();
   for (int64_t t = 0; t < step_tokens_; ++t) {
     const int64_t position = step_first_ + t;
     if (!row_selected(position)) continue;
     for (int64_t h = 0; h < config_.n_heads; ++h) {
-      attention_row(layer, h, position, q.data() + (t * config_.n_heads + h) * hd, scores);
+      attention_row(layer, h, position, q_rows + (t * config_.n_heads + h) * hd, scores);
     }
   }
 }
@@ -156,7 +178,10 @@ void TraceRecorder::attention_row(int64_t layer, int64_t head, int64_t position,
 
 void TraceRecorder::residual(int64_t layer, Sublayer sublayer, std::span<const float> delta,
                              std::span<const float> after) {
+  if (!active_) return;
   const int64_t D = config_.d_model;
+  delta = delta.subspan(static_cast<size_t>(row0_ * D), static_cast<size_t>(step_tokens_ * D));
+  after = after.subspan(static_cast<size_t>(row0_ * D), static_cast<size_t>(step_tokens_ * D));
   ResidualStats& r = residuals_[static_cast<size_t>(layer + 1)];
   const auto size = static_cast<size_t>(step_first_ + step_tokens_);
   for (auto* v : {&r.residual_norm, &r.attention_norm, &r.mlp_norm, &r.cosine_to_previous}) {
@@ -184,6 +209,7 @@ void TraceRecorder::residual(int64_t layer, Sublayer sublayer, std::span<const f
 }
 
 void TraceRecorder::logit_lens(int64_t layer, std::span<const float> logits) {
+  if (!active_) return;
   const int64_t V = config_.vocab_size;
   auto& cells = lens_[static_cast<size_t>(layer + 1)];
   cells.resize(static_cast<size_t>(step_first_ + step_tokens_));
@@ -210,14 +236,19 @@ void TraceRecorder::settle_lens(int32_t next_token) {
   pending_lens_.clear();
 }
 
-void TraceRecorder::finish(int32_t last_token) {
-  if (last_token < 0) return;
+void TraceRecorder::finish(int64_t generated, int32_t last_token) {
+  const int64_t ran = static_cast<int64_t>(tokens_.size()) - std::max<int64_t>(n_prompt_, 0);
+  if (generated <= ran || last_token < 0 || !problem_.empty()) {
+    pending_lens_.clear();
+    return;
+  }
   if (!pending_lens_.empty()) settle_lens(last_token);
   pending_lens_.clear();
   tokens_.push_back(last_token);
 }
 
 void TraceRecorder::op(const OpRecord& record) {
+  if (!active_) return;
   std::vector<TraceOp>& ops = steps_.back().ops;
   auto it = std::find_if(ops.begin(), ops.end(), [&](const TraceOp& o) {
     return o.group == record.group && o.name == record.name;
@@ -230,6 +261,7 @@ void TraceRecorder::op(const OpRecord& record) {
 }
 
 void TraceRecorder::end_step(std::span<const float> /*logits*/) {
+  if (!active_) return;
   TraceStep& step = steps_.back();
   step.seconds = now_seconds() - step_start_;
   if (kv_probe_) {

@@ -12,7 +12,11 @@
 // - per step: wall time, the ops' records (time, FLOPs, bytes per op group and name), and the KV
 //   cache's blocks and bytes as the engine reports them after the step.
 //
-// One request at a time (one sequence per step), as the trace command runs it.
+// One request: the step's only sequence, or the one Batch::observed_sequence names (the server
+// traces one request among others). Its steps must show every position once, in order (the
+// engine computes an observed request's whole prompt); a step that does not (a preempted request
+// recomputed) ends the recording with problem() saying why. Callbacks never throw: a trace
+// never fails the step it watches.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +70,9 @@ struct TraceOp {
 
 struct TraceStep {
   int64_t first_position = 0, n_tokens = 0;
+  // The whole batch the step ran (the traced request's tokens and other requests'): op times and
+  // FLOPs are the batch's.
+  int64_t batch_tokens = 0, batch_sequences = 1;
   double seconds = 0;
   std::vector<TraceOp> ops;  // summed per (group, name), in order of first appearance
   // The KV cache during the step, as the engine holds it.
@@ -76,9 +83,16 @@ class TraceRecorder : public ForwardObserver {
  public:
   TraceRecorder(const ModelConfig& config, const TraceOptions& options);
 
-  // The tokens arrive with the steps' batches; after the last step, the token generated last
-  // (sampled from the last step's logits, never run: -1 when none was) completes the sequence.
-  void finish(int32_t last_token);
+  // The prompt's length, when it may take several steps (chunked prefill); default: the first
+  // step's tokens.
+  void set_prompt_tokens(int64_t n) { n_prompt_ = n; }
+  // Why the recording stopped early ("" while it is whole).
+  const std::string& problem() const { return problem_; }
+
+  // After the last step: `generated` tokens were given out, the last of them `last_token`. The
+  // last one given out was sampled from the last step's logits and never ran, unless the request
+  // stopped on EOS (not given out): then every token given out ran. It completes the sequence.
+  void finish(int64_t generated, int32_t last_token);
   // The KV cache as the engine holds it while a step runs (asked at the end of each forward pass,
   // before the step hands out its tokens and a finished request gives its blocks back).
   struct KvSnapshot {
@@ -116,6 +130,7 @@ class TraceRecorder : public ForwardObserver {
 
  private:
   bool row_selected(int64_t position) const;
+  void stop(std::string why);
   void attention_row(int64_t layer, int64_t head, int64_t position, const float* q,
                      const AttentionScores& scores);
   void settle_lens(int32_t next_token);
@@ -125,6 +140,9 @@ class TraceRecorder : public ForwardObserver {
   std::vector<int32_t> tokens_;
   int64_t n_prompt_ = -1;
   int64_t step_first_ = 0, step_tokens_ = 0;
+  int64_t row0_ = 0;     // the observed sequence's first row in the step's batch
+  bool active_ = false;  // this step is being recorded
+  std::string problem_;
   std::vector<std::vector<float>> k_, v_;  // [layer] -> [position][kv_dim]
   std::vector<std::vector<LensCell>> lens_;
   // The step's last position's lens rows (softmaxed), kept until its next token is known.

@@ -1,9 +1,11 @@
 #include "ember/trace/trace_report.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "ember/backend/kv_row_format.h"
+#include "ember/core/bandwidth_probe.h"
 
 namespace ember {
 
@@ -13,6 +15,20 @@ double kv_formula_bytes_per_token(const KvShape& kv) {
   return static_cast<double>(kv.n_layers * kv.n_kv_heads * kv.head_dim) *
          (kv_bytes_per_value(kv.k_dtype, kv.head_dim) +
           kv_bytes_per_value(kv.v_dtype, kv.head_dim));
+}
+
+TraceMachine measure_trace_machine(Backend& backend, bool probe, int probe_mb) {
+  TraceMachine m;
+  const BackendInfo info = backend.info();
+  m.backend = info.name;
+  m.kernels = info.kernels;
+  m.threads = info.threads;
+  if (!probe) return m;
+  std::fprintf(stderr, "[ember] trace: measuring the machine's bandwidth and compute peaks\n");
+  BandwidthProbe bandwidth(static_cast<size_t>(probe_mb) << 20, /*huge_pages=*/true);
+  m.read_gbps = bandwidth.measure(info.threads);
+  m.peaks = backend.probe_compute();
+  return m;
 }
 
 namespace {
@@ -161,6 +177,8 @@ ordered_json roofline_json(const TraceRecorder& t) {
                       {"phase", is_prefill ? "prefill" : "decode"},
                       {"first_position", s.first_position},
                       {"tokens", s.n_tokens},
+                      {"batch_tokens", s.batch_tokens},
+                      {"batch_sequences", s.batch_sequences},
                       {"wall_seconds", s.seconds}};
     j.update(rates(seconds, flops, bytes));
     j["ops"] = std::move(ops);
@@ -176,7 +194,9 @@ ordered_json roofline_json(const TraceRecorder& t) {
   return {{"note",
            "seconds: the ops' wall time, summed (tracing's own work excluded; wall_seconds "
            "includes it); flops: 2 x rows x cols x tokens per matmul, 4 x head_dim per "
-           "(query head, key) for attention; bytes: what each op reads and writes at least"},
+           "(query head, key) for attention; bytes: what each op reads and writes at least; a "
+           "step's ops are its whole batch's (batch_tokens, batch_sequences: other requests' "
+           "tokens included when the traced request shared its steps)"},
           {"phases", phases},
           {"steps", steps}};
 }
@@ -201,17 +221,19 @@ ordered_json trace_json(const TraceRecorder& t, const TraceContext& c) {
   }
   ordered_json texts = ordered_json::object();
   for (const auto& [id, text] : named) texts[std::to_string(id)] = text;
-  return {{"ember_trace", 1},
-          {"model", model_json(t, c)},
-          {"machine", machine_json(c.machine)},
-          {"n_prompt", t.n_prompt()},
-          {"tokens", tokens},
-          {"token_texts", texts},
-          {"logit_lens", lens_json(t)},
-          {"attention", attention_json(t)},
-          {"residual", residual_json(t)},
-          {"kv", kv_json(t, c.kv)},
-          {"roofline", roofline_json(t)}};
+  ordered_json j = {{"ember_trace", 1},
+                    {"model", model_json(t, c)},
+                    {"machine", machine_json(c.machine)},
+                    {"n_prompt", t.n_prompt()},
+                    {"tokens", tokens},
+                    {"token_texts", texts},
+                    {"logit_lens", lens_json(t)},
+                    {"attention", attention_json(t)},
+                    {"residual", residual_json(t)},
+                    {"kv", kv_json(t, c.kv)},
+                    {"roofline", roofline_json(t)}};
+  if (!t.problem().empty()) j["problem"] = t.problem();
+  return j;
 }
 
 }  // namespace ember

@@ -21,6 +21,10 @@ struct TraceMachine {
   std::vector<ComputePeak> peaks;  // measured compute ceilings (empty: not measured)
 };
 
+// The backend's name, kernels and threads, and with `probe` its measured read bandwidth (a
+// probe_mb MiB buffer) and compute peaks (a second or so; a line on stderr says so).
+TraceMachine measure_trace_machine(Backend& backend, bool probe, int probe_mb);
+
 struct TraceContext {
   std::string model_name;
   std::string weight_dtype;  // the matrices' dtype, e.g. "bf16"

@@ -11,6 +11,7 @@ TracedRun run_traced(LLMEngine& engine, GenerationRequest request, TraceRecorder
   if (!engine.idle())
     throw Error("ember trace: the engine is busy; a trace runs one request alone");
   const auto n_prompt = static_cast<int64_t>(request.prompt.size());
+  recorder.set_prompt_tokens(n_prompt);
   std::shared_ptr<RequestStream> stream = engine.add_request(std::move(request));
   recorder.set_kv_probe([&engine] {
     return TraceRecorder::KvSnapshot{engine.kv().used_blocks(), engine.kv_bytes_in_use(),
@@ -41,10 +42,8 @@ TracedRun run_traced(LLMEngine& engine, GenerationRequest request, TraceRecorder
   }
   engine.set_forward_observer(nullptr);
   recorder.set_kv_probe(nullptr);
-  // The last token given out was sampled from the last step's logits and never run, unless the
-  // request stopped on EOS (not given out): then every token given out ran.
-  const int64_t ran = static_cast<int64_t>(recorder.tokens().size()) - n_prompt;
-  recorder.finish(run.generated > ran ? last_token : -1);
+  recorder.finish(run.generated, last_token);
+  if (!recorder.problem().empty()) throw Error("ember trace: " + recorder.problem());
   return run;
 }
 
