@@ -83,16 +83,21 @@ TEST(ServerTrace, TracedRequestAmongOthersGetsItsOwnPage) {
   EXPECT_EQ(text, test::ember_run_greedy(model.string(), "Once upon a time", 12, true));
   // Greedy: the last layer ranks each generated token first where it was predicted.
   const json& last = j["logit_lens"]["layers"][static_cast<size_t>(L)]["cells"];
-  for (int64_t p = P - 1; p < P + 11; ++p) {
-    EXPECT_EQ(last[static_cast<size_t>(p)]["next_rank"], 0) << p;
-    EXPECT_EQ(last[static_cast<size_t>(p)]["next"], j["tokens"][static_cast<size_t>(p + 1)]["id"]);
+  int64_t checked = 0;
+  for (const json& cell : last) {
+    const int64_t p = cell["position"];
+    if (p < P - 1) continue;
+    EXPECT_EQ(cell["next_rank"], 0) << p;
+    EXPECT_EQ(cell["next"], j["tokens"][static_cast<size_t>(p + 1)]["id"]);
+    ++checked;
   }
+  EXPECT_EQ(checked, 12);
   for (const json& layer : j["attention"]["layers"]) {
     for (const json& head : layer["heads"]) {
       for (const json& row : head["rows"]) {
         double sum = 0;
         for (const json& w : row["weights"]) sum += w.get<double>();
-        EXPECT_NEAR(sum, 1.0, 1e-5);
+        EXPECT_NEAR(sum, 1.0, 1e-4);  // weights to 6 decimals in the JSON
       }
     }
   }

@@ -216,6 +216,7 @@ void TraceRecorder::logit_lens(int64_t layer, std::span<const float> logits) {
   if (layer < 0) pending_lens_.clear();
   for (int64_t t = 0; t < step_tokens_; ++t) {
     const int64_t position = step_first_ + t;
+    if (!row_selected(position)) continue;  // as attention: max_rows prompt positions
     std::vector<float> p =
         probabilities(logits.subspan(static_cast<size_t>(t * V), static_cast<size_t>(V)));
     LensCell& cell = cells[static_cast<size_t>(position)];

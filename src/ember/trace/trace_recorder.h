@@ -1,6 +1,6 @@
 // What `ember trace` records of one request as its steps run (a ForwardObserver on the model):
 //
-// - the logit lens: for every layer (and the embedding) and position, the top-k tokens the
+// - the logit lens: for every layer (and the embedding) and selected position, the top-k tokens the
 //   residual decodes to through the final norm and lm_head, and the rank and probability there of
 //   the token that came next (the next prompt token, or the token generated at that position);
 // - attention: per layer and query head, each selected position's weights over its keys, computed
@@ -33,8 +33,10 @@ namespace ember {
 struct TraceOptions {
   int64_t top_k = 5;       // logit lens entries per (layer, position)
   bool logit_lens = true;  // a full lm_head per layer and step: off for speed
-  int64_t max_rows = 64;   // prompt positions with attention rows (evenly spaced, the last)
-  int64_t max_keys = 256;  // keys per attention row before they are binned
+  // Prompt positions with attention rows and logit-lens cells (evenly spaced, the last included;
+  // every generated position has them).
+  int64_t max_rows = 32;
+  int64_t max_keys = 128;  // keys per attention row before they are binned
 };
 
 struct LensEntry {
@@ -115,7 +117,7 @@ class TraceRecorder : public ForwardObserver {
   // Every token of the sequence: the prompt, then the generated ones.
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int64_t n_prompt() const { return n_prompt_; }
-  // [layer + 1][position]: row 0 is the embedding.
+  // [layer + 1][position]: row 0 is the embedding; positions not selected have no top entries.
   const std::vector<std::vector<LensCell>>& lens() const { return lens_; }
   // [layer][head]: the selected positions' rows, in position order.
   const std::vector<std::vector<std::vector<AttentionRow>>>& attention() const {

@@ -1,6 +1,7 @@
 #include "ember/trace/trace_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -33,6 +34,17 @@ TraceMachine measure_trace_machine(Backend& backend, bool probe, int probe_mb) {
 
 namespace {
 
+// Probabilities and weights to 6 decimals in the JSON (a few characters each instead of a float's
+// 9 digits: a 30-layer model's page stays a few MB); the recorder keeps them whole.
+double round6(float v) {
+  return std::round(double{v} * 1e6) / 1e6;
+}
+std::vector<double> rounded(const std::vector<float>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = round6(v[i]);
+  return r;
+}
+
 std::string token_text(const TraceContext& c, int32_t id) {
   return c.tokenizer != nullptr ? c.tokenizer->token_bytes(id) : std::to_string(id);
 }
@@ -61,14 +73,16 @@ ordered_json lens_json(const TraceRecorder& t) {
   ordered_json layers = ordered_json::array();
   for (size_t l = 0; l < t.lens().size(); ++l) {
     ordered_json cells = ordered_json::array();
-    for (const LensCell& cell : t.lens()[l]) {
+    for (size_t position = 0; position < t.lens()[l].size(); ++position) {
+      const LensCell& cell = t.lens()[l][position];
+      if (cell.top.empty()) continue;  // not a selected position
       ordered_json top = ordered_json::array();
-      for (const LensEntry& e : cell.top) top.push_back(ordered_json::array({e.token, e.p}));
-      ordered_json j = {{"top", top}};
+      for (const LensEntry& e : cell.top) top.push_back(ordered_json::array({e.token, round6(e.p)}));
+      ordered_json j = {{"position", position}, {"top", top}};
       if (cell.next_rank >= 0) {
         j["next"] = cell.next_token;
         j["next_rank"] = cell.next_rank;
-        j["next_p"] = cell.next_p;
+        j["next_p"] = round6(cell.next_p);
       }
       cells.push_back(std::move(j));
     }
@@ -90,7 +104,7 @@ ordered_json attention_json(const TraceRecorder& t) {
                         {"first_key", r.first_key},
                         {"n_keys", r.n_keys},
                         {"bin_size", r.bin_size},
-                        {"weights", r.weights}});
+                        {"weights", rounded(r.weights)}});
       }
       heads.push_back({{"head", h}, {"kv_head", static_cast<int64_t>(h) / group}, {"rows", rows}});
     }
