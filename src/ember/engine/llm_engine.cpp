@@ -423,7 +423,13 @@ void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
   }
   int32_t token = -1;
   try {
+    const auto start = Sequence::Clock::now();
     token = sample_token(s, logits, s.tokens.size());
+    if (&s == observed_ && step_observer_ != nullptr) {  // ember trace: before the token goes out
+      step_observer_->op({OpGroup::Sampling, "sampling",
+                          seconds_between(start, Sequence::Clock::now()), 0,
+                          static_cast<double>(logits.size() * sizeof(float))});
+    }
   } catch (const Error& e) {
     if (!s.request.constraint) throw;
     finish(&s, FinishReason::Error, e.what());  // this request's grammar, not the engine's fault
@@ -542,13 +548,17 @@ void LLMEngine::finish(Sequence* s, FinishReason reason, const std::string& erro
 // The step's observer: the first scheduled request that has one (its rows are
 // batch_.observed_sequence's), else the engine's own (set_forward_observer), else none.
 ForwardObserver* LLMEngine::observe_step(const std::vector<ScheduledChunk>& chunks) {
+  observed_ = nullptr;
+  step_observer_ = nullptr;
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (chunks[i].seq->request.observer != nullptr) {
       batch_.observed_sequence = static_cast<int32_t>(i);
-      return chunks[i].seq->request.observer.get();
+      observed_ = chunks[i].seq;
+      return step_observer_ = chunks[i].seq->request.observer.get();
     }
   }
-  return forward_observer_;
+  if (forward_observer_ != nullptr && chunks.size() == 1) observed_ = chunks[0].seq;
+  return step_observer_ = forward_observer_;
 }
 
 void LLMEngine::update_gauges() {

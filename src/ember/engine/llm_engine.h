@@ -145,6 +145,9 @@ class LLMEngine {
   SpeculativeOptions speculative_;
   std::unique_ptr<DraftProposer> draft_;         // the draft model, when speculation uses one
   ForwardObserver* forward_observer_ = nullptr;  // set_forward_observer
+  // This step's observer and the sequence it observes (its sampling is reported too).
+  ForwardObserver* step_observer_ = nullptr;
+  const Sequence* observed_ = nullptr;
   SpeculativeStats spec_stats_;  // engine thread; copied into metrics_ by update_gauges
   Batch batch_;
   std::unordered_map<int64_t, SessionCache> sessions_;

@@ -19,6 +19,8 @@ const char* op_group_name(OpGroup group) {
       return "norm";
     case OpGroup::Elementwise:
       return "elementwise";
+    case OpGroup::Sampling:
+      return "sampling";
   }
   return "?";
 }

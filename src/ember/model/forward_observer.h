@@ -21,7 +21,9 @@ enum class Sublayer : uint8_t { Attention, Mlp };
 // What an op did: its group, a name within the group ("wq+wk+wv", "w_down", "rmsnorm", ...),
 // wall time, and the arithmetic and bytes the op needs at least (weights, activations in and out,
 // the K/V rows read): the roofline's coordinates.
-enum class OpGroup : uint8_t { Matmul, Attention, Norm, Elementwise };
+// Sampling is the engine's (the observed request's next token from its logits), reported after
+// end_step and before the token goes out.
+enum class OpGroup : uint8_t { Matmul, Attention, Norm, Elementwise, Sampling };
 const char* op_group_name(OpGroup group);
 
 struct OpRecord {

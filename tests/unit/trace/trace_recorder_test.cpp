@@ -233,6 +233,7 @@ TEST_F(TraceTest, MatmulFlopsAreTwoRowsColsTokens) {
     EXPECT_DOUBLE_EQ(flops["lm_head"], 2 * 1 * static_cast<double>(c.vocab_size) * D);
     EXPECT_EQ(calls["wq+wk+wv"], c.n_layers);
     EXPECT_EQ(calls["attention"], c.n_layers);
+    EXPECT_EQ(calls["sampling"], 1);  // the engine's, for the step's one sampled token
     EXPECT_GT(step["seconds"].get<double>(), 0);
   }
   EXPECT_EQ(steps[0]["phase"], "prefill");
