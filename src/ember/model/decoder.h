@@ -43,7 +43,13 @@ class DecoderModel : public Model {
   // backend_.matmul of x [T, K] by ws into ys; with an observer, timed as `name` with its FLOPs
   // and bytes (weights, input, outputs).
   void matmul(const char* name, const float* x, int64_t T,
-              std::initializer_list<const WeightMatrix*> ws, std::initializer_list<float*> ys);
+              std::initializer_list<const WeightMatrix*> ws, std::initializer_list<float*> ys) {
+    if (observer_ == nullptr) return backend_.matmul(x, T, ws, ys);
+    observed_matmul(name, x, T, ws, ys);
+  }
+  void observed_matmul(const char* name, const float* x, int64_t T,
+                       std::initializer_list<const WeightMatrix*> ws,
+                       std::initializer_list<float*> ys);
   // gate = silu(gate) * up, [rows, n]; timed with an observer.
   void silu_mul(float* gate, const float* up, int64_t rows, int64_t n);
   // Runs fn; with an observer, reports make_record() with fn's wall time (the record is only made

@@ -25,10 +25,9 @@ const char* op_group_name(OpGroup group) {
   return "?";
 }
 
-void DecoderModel::matmul(const char* name, const float* x, int64_t T,
-                          std::initializer_list<const WeightMatrix*> ws,
-                          std::initializer_list<float*> ys) {
-  if (observer_ == nullptr) return backend_.matmul(x, T, ws, ys);
+void DecoderModel::observed_matmul(const char* name, const float* x, int64_t T,
+                                   std::initializer_list<const WeightMatrix*> ws,
+                                   std::initializer_list<float*> ys) {
   OpRecord record{OpGroup::Matmul, name};
   const WeightMatrix* first = *ws.begin();
   record.bytes = static_cast<double>(T * first->n_cols) * 4;  // the input, read once
