@@ -423,12 +423,14 @@ void LLMEngine::sample_next(Sequence& s, std::span<const float> logits) {
   }
   int32_t token = -1;
   try {
-    const auto start = Sequence::Clock::now();
-    token = sample_token(s, logits, s.tokens.size());
     if (&s == observed_ && step_observer_ != nullptr) {  // ember trace: before the token goes out
+      const auto start = Sequence::Clock::now();
+      token = sample_token(s, logits, s.tokens.size());
       step_observer_->op({OpGroup::Sampling, "sampling",
                           seconds_between(start, Sequence::Clock::now()), 0,
                           static_cast<double>(logits.size() * sizeof(float))});
+    } else {
+      token = sample_token(s, logits, s.tokens.size());
     }
   } catch (const Error& e) {
     if (!s.request.constraint) throw;
