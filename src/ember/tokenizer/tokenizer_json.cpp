@@ -330,7 +330,22 @@ void apply_beside_configs(const std::string& path, const TokenIds& ids, BpeVocab
 
 }  // namespace
 
-std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
+namespace {
+
+// What the readers above do not check field by field (a section that is null where an object
+// belongs, a number where a string does) surfaces as nlohmann's exception: one error naming the
+// file instead.
+template <typename Load>
+auto with_json_errors_named(const std::string& path, Load&& load) {
+  try {
+    return load();
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::InvalidFile,
+                path + ": unexpected tokenizer.json structure: " + e.what());
+  }
+}
+
+std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json_unchecked(const std::string& path) {
   const Reader r(path);
   const json root = read_json(path);
   if (!root.is_object()) r.fail("top level is not a JSON object");
@@ -364,12 +379,20 @@ std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
   return std::make_unique<BpeTokenizer>(std::move(vocab));
 }
 
+}  // namespace
+
+std::unique_ptr<BpeTokenizer> load_bpe_tokenizer_json(const std::string& path) {
+  return with_json_errors_named(path, [&] { return load_bpe_tokenizer_json_unchecked(path); });
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path) {
   // SentencePiece-style BPE (byte_fallback: Llama 2, Mistral, Phi-3, Gemma) runs on the
   // SentencePiece tokenizer; everything else is byte-level BPE.
-  const json root = read_json(path);
-  if (is_sentencepiece_style_json(root)) return load_spm_tokenizer_json(root, path);
-  return load_bpe_tokenizer_json(path);
+  return with_json_errors_named(path, [&]() -> std::unique_ptr<Tokenizer> {
+    const json root = read_json(path);
+    if (is_sentencepiece_style_json(root)) return load_spm_tokenizer_json(root, path);
+    return load_bpe_tokenizer_json_unchecked(path);
+  });
 }
 
 }  // namespace ember

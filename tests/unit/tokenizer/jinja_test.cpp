@@ -168,5 +168,36 @@ TEST(Jinja, ErrorsNameTheProblem) {
                Error);  // recursion limit
 }
 
+// Found by fuzzing (fuzz/corpus/chat_template/crash-*): each was a crash or an exception other than
+// ember::Error (std::bad_variant_access, a null expression dereferenced).
+TEST(Jinja, TemplateMistakesFoundByFuzzingAreErrors) {
+  auto message = [](const std::string& source) -> std::string {
+    try {
+      render(source, R"({"xs": [1, 2], "s": "ab"})");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(rendered)";
+  };
+  EXPECT_NE(message("{{ xs[] }}").find("expected an index or a slice"), std::string::npos);
+  EXPECT_NE(message("{{ '%d' % undefined_name }}").find("expected a number"), std::string::npos);
+  EXPECT_NE(message("{{ '%d' % s }}").find("expected a number, got str"), std::string::npos);
+  EXPECT_NE(message("{{ '%d' % 1e300 }}").find("outside the integer range"), std::string::npos);
+  EXPECT_EQ(render("{{ '%d|%x' % (7.9, 255) }}"), "7|ff");  // Python truncates floats
+  // Integers are int64 here (Python's do not overflow): past it is an error, never UB.
+  EXPECT_NE(message("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(message("{{ 2 ** 1000000000000000000 }}").find("integer overflow"), std::string::npos);
+  EXPECT_EQ(render("{{ 2 ** 62 }}|{{ (-1) ** 1000000000000000001 }}"), "4611686018427387904|-1");
+  EXPECT_NE(message("{{ 1e99999 | int }}").find("cannot convert float"), std::string::npos);
+  EXPECT_EQ(render("{{ 1e99999 }}"), "inf");
+  EXPECT_EQ(render("{{ range(9223372036854775806, 9223372036854775807, 5) | list }}"),
+            "[9223372036854775806]");
+  // A render is bounded: nested loops over long ranges are refused, not run for hours.
+  EXPECT_NE(message("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                    "{% endfor %}")
+                .find("loop iterations"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ember::jinja

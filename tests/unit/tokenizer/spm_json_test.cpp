@@ -191,5 +191,23 @@ TEST(SpmTokenizerJson, UnsupportedNormalizerIsNamed) {
       << msg;
 }
 
+// Found by fuzzing (fuzz/corpus/tokenizer_json/crash-null-section.json): a section that is null
+// or of the wrong JSON type escaped as nlohmann's exception; now one error naming the file.
+TEST(SpmTokenizerJson, SectionsOfTheWrongTypeAreNamedErrors) {
+  const fs::path dir = test::scratch_dir("spm-json-types");
+  const json model = {{"type", "BPE"},
+                      {"vocab", {{"<unk>", 0}, {"a", 1}}},
+                      {"merges", json::array()},
+                      {"byte_fallback", true}};
+  for (const json& root : {json{{"model", model}, {"normalizer", nullptr}},
+                           json{{"model", model}, {"normalizer", {{"type", 7}}}},
+                           json{{"model", model}, {"pre_tokenizer", json::array({1})}}}) {
+    std::ofstream(dir / "tokenizer.json") << root.dump();
+    const std::string path = (dir / "tokenizer.json").string();
+    const std::string msg = test::error_message([&] { load_tokenizer_json(path); });
+    EXPECT_NE(msg.find(path), std::string::npos) << root.dump() << ": " << msg;
+  }
+}
+
 }  // namespace
 }  // namespace ember

@@ -318,6 +318,7 @@ class ExpressionParser {
     };
     ExprPtr start = slice_part({":", "]"});
     if (!is_op(":")) {
+      if (!start) fail("expected an index or a slice inside []");
       expect_op("]");
       auto e = std::make_unique<Expr>(Expr::Kind::Getitem, object->line);
       e->object = std::move(object);

@@ -19,6 +19,14 @@ namespace {
   throw Error(ErrorKind::InvalidArgument, "chat template: " + what);
 }
 
+// Python's int(x) of a float: truncated toward zero; inf, NaN and values past int64 are errors
+// (C++'s conversion of those is undefined).
+int64_t float_to_int(double d) {
+  if (!std::isfinite(d) || std::fabs(d) >= 9.2e18)
+    fail("cannot convert float " + std::to_string(d) + " to integer");
+  return static_cast<int64_t>(d);
+}
+
 CallArgs drop_first(const CallArgs& a) {
   CallArgs rest;
   if (a.positional.size() > 1) rest.positional.assign(a.positional.begin() + 1, a.positional.end());
@@ -42,6 +50,7 @@ Value attribute_path(const Value& obj, const std::string& path) {
     if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
           return std::isdigit(static_cast<unsigned char>(c));
         })) {
+      if (part.size() > 18) fail("attribute index out of range: " + part);
       cur = get_item(cur, Value(static_cast<int64_t>(std::stoll(part))));
     } else {
       cur = cur.is_undefined() ? cur : get_item(cur, Value(part));
@@ -128,8 +137,17 @@ Value percent_format(const std::string& fmt, const CallArgs& a) {
       std::string s = conv == 's' ? v.str() : v.repr();
       std::snprintf(buf, sizeof buf, (spec + "s").c_str(), s.c_str());
     } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X') {
-      std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(),
-                    static_cast<long long>(v.as_double()));
+      // Python truncates a float toward zero; one outside int64 (or NaN) is refused rather
+      // than converted (undefined behaviour in C++).
+      const double d = v.as_double();
+      if (!v.is_float()) {
+        std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(),
+                      static_cast<long long>(v.as_int()));
+      } else if (std::isfinite(d) && std::fabs(d) < 9.2e18) {
+        std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(), static_cast<long long>(d));
+      } else {
+        fail("format: %" + std::string(1, conv) + " of a float outside the integer range");
+      }
     } else if (conv == 'f' || conv == 'e' || conv == 'g') {
       std::snprintf(buf, sizeof buf, (spec + conv).c_str(), v.as_double());
     } else {
@@ -384,19 +402,27 @@ void add_number_filters(FilterTable& t) {
     for (const Value& item : iterate(v)) {
       Value x = attr && !attr->is_none() ? attribute_path(item, attr->str()) : item;
       if (!x.is_number() || !total.is_number()) fail("sum() needs numbers");
-      total = total.is_float() || x.is_float() ? Value(total.as_double() + x.as_double())
-                                               : Value(total.as_int() + x.as_int());
+      int64_t sum = 0;
+      if (total.is_float() || x.is_float()) {
+        total = Value(total.as_double() + x.as_double());
+      } else if (__builtin_add_overflow(total.as_int(), x.as_int(), &sum)) {
+        fail("integer overflow in sum()");
+      } else {
+        total = Value(sum);
+      }
     }
     return total;
   };
   t["abs"] = [](const Value& v, const CallArgs&) {
     if (!v.is_number()) fail("abs() needs a number");
-    return v.is_float() ? Value(std::fabs(v.as_double()))
-                        : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+    if (v.is_float()) return Value(std::fabs(v.as_double()));
+    const int64_t i = v.as_int();
+    if (i == INT64_MIN) fail("abs() of the smallest integer overflows");
+    return Value(static_cast<int64_t>(std::llabs(i)));
   };
   t["int"] = [](const Value& v, const CallArgs& a) {
     const Value* fallback = a.get(0, "default");
-    if (v.is_number()) return Value(static_cast<int64_t>(v.as_double()));
+    if (v.is_number()) return Value(v.is_float() ? float_to_int(v.as_double()) : v.as_int());
     try {
       if (v.is_string()) return Value(static_cast<int64_t>(std::stoll(v.as_string())));
     } catch (const std::exception&) {

@@ -48,6 +48,7 @@ class Scope {
 enum class Flow { Normal, Break, Continue };
 
 constexpr int kMaxCallDepth = 200;
+constexpr int64_t kMaxLoopBodies = 1'000'000;
 
 class Interpreter {
  public:
@@ -92,27 +93,30 @@ class Interpreter {
                                    std::strftime(buf, sizeof buf, fmt->as_string().c_str(), &now);
                                return Value(std::string(buf, n));
                              }}));
-    root_.set("range",
-              Value(Callable{
-                  "range", [](const CallArgs& a) -> Value {
-                    int64_t start = 0, stop = 0, step = 1;
-                    if (a.positional.size() == 1) {
-                      stop = a.positional[0].as_int();
-                    } else if (a.positional.size() >= 2) {
-                      start = a.positional[0].as_int();
-                      stop = a.positional[1].as_int();
-                      if (a.positional.size() > 2) step = a.positional[2].as_int();
-                    }
-                    if (step == 0)
-                      throw Error(ErrorKind::InvalidArgument, "chat template: range() step is 0");
-                    List items;
-                    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                      if (items.size() > 1'000'000)
-                        throw Error(ErrorKind::InvalidArgument, "chat template: range() too long");
-                      items.push_back(Value(i));
-                    }
-                    return Value(std::move(items));
-                  }}));
+    root_.set("range", Value(Callable{"range", [](const CallArgs& a) -> Value {
+                                        int64_t start = 0, stop = 0, step = 1;
+                                        if (a.positional.size() == 1) {
+                                          stop = a.positional[0].as_int();
+                                        } else if (a.positional.size() >= 2) {
+                                          start = a.positional[0].as_int();
+                                          stop = a.positional[1].as_int();
+                                          if (a.positional.size() > 2)
+                                            step = a.positional[2].as_int();
+                                        }
+                                        if (step == 0)
+                                          throw Error(ErrorKind::InvalidArgument,
+                                                      "chat template: range() step is 0");
+                                        List items;
+                                        for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+                                          if (items.size() > 1'000'000)
+                                            throw Error(ErrorKind::InvalidArgument,
+                                                        "chat template: range() too long");
+                                          items.push_back(Value(i));
+                                          if (__builtin_add_overflow(i, step, &i))
+                                            break;  // past int64: done
+                                        }
+                                        return Value(std::move(items));
+                                      }}));
     auto make_dict = [](bool is_namespace) {
       return [is_namespace](const CallArgs& a) -> Value {
         Dict d;
@@ -246,6 +250,12 @@ class Interpreter {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      // Nested loops over long ranges would render for hours: a chat template that runs this
+      // many loop bodies in one render is refused.
+      if (++loop_bodies_ > kMaxLoopBodies) {
+        fail(s.line,
+             "the template ran more than " + std::to_string(kMaxLoopBodies) + " loop iterations");
+      }
       Scope body(&scope);
       assign(body, s.targets, items[i], s.line);
       body.set("loop", loop_value(items, i));
@@ -443,9 +453,11 @@ class Interpreter {
   }
 
   Value eval_binary(const Expr& e, Scope& scope);
+  static int64_t integer_arithmetic(const std::string& op, int64_t a, int64_t b, int line);
 
   Scope root_;
   int depth_ = 0;
+  int64_t loop_bodies_ = 0;
 };
 
 [[noreturn]] void operand_error(int line, const std::string& op, const Value& a, const Value& b) {
@@ -468,6 +480,30 @@ Value repeat(const Value& seq, int64_t n) {
   return Value(std::move(out));
 }
 
+// + - * ** of two integers. Python's integers do not overflow; ours are int64, so a result past
+// it is an error (never undefined behaviour), and ** squares its way up (2 ** 10**18 is an
+// overflow after a few steps, not a loop of 10**18 multiplications).
+int64_t Interpreter::integer_arithmetic(const std::string& op, int64_t a, int64_t b, int line) {
+  int64_t r = 0;
+  bool overflow = false;
+  if (op == "+") {
+    overflow = __builtin_add_overflow(a, b, &r);
+  } else if (op == "-") {
+    overflow = __builtin_sub_overflow(a, b, &r);
+  } else if (op == "*") {
+    overflow = __builtin_mul_overflow(a, b, &r);
+  } else {  // ** with b >= 0
+    r = 1;
+    int64_t base = a;
+    for (int64_t n = b; n > 0 && !overflow; n >>= 1) {
+      if (n & 1) overflow = __builtin_mul_overflow(r, base, &r);
+      if (n > 1 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+    }
+  }
+  if (overflow) fail(line, "integer overflow in " + op);
+  return r;
+}
+
 Value Interpreter::eval_binary(const Expr& e, Scope& scope) {
   const std::string& op = e.name;
   Value a = eval(*e.object, scope);
@@ -477,24 +513,18 @@ Value Interpreter::eval_binary(const Expr& e, Scope& scope) {
   if (op == "~") return Value(a.str() + b.str());
   if (a.is_number() && b.is_number()) {
     bool floats = a.is_float() || b.is_float();
-    if (op == "+")
-      return floats ? Value(a.as_double() + b.as_double()) : Value(a.as_int() + b.as_int());
-    if (op == "-")
-      return floats ? Value(a.as_double() - b.as_double()) : Value(a.as_int() - b.as_int());
-    if (op == "*")
-      return floats ? Value(a.as_double() * b.as_double()) : Value(a.as_int() * b.as_int());
-    if (op == "**") {
-      if (!floats && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
-        return Value(r);
+    if (op == "+" || op == "-" || op == "*" || op == "**") {
+      if (floats || (op == "**" && b.as_int() < 0)) {
+        const double x = a.as_double(), y = b.as_double();
+        return Value(op == "+" ? x + y : op == "-" ? x - y : op == "*" ? x * y : std::pow(x, y));
       }
-      return Value(std::pow(a.as_double(), b.as_double()));
+      return Value(integer_arithmetic(op, a.as_int(), b.as_int(), e.line));
     }
     if (b.as_double() == 0.0) fail(e.line, "division by zero");
     if (op == "/") return Value(a.as_double() / b.as_double());
     if (op == "//") {
       if (floats) return Value(std::floor(a.as_double() / b.as_double()));
+      if (a.as_int() == INT64_MIN && b.as_int() == -1) fail(e.line, "integer overflow");
       int64_t q = a.as_int() / b.as_int();
       if ((a.as_int() % b.as_int() != 0) && ((a.as_int() < 0) != (b.as_int() < 0))) --q;
       return Value(q);
@@ -505,6 +535,7 @@ Value Interpreter::eval_binary(const Expr& e, Scope& scope) {
         if (m != 0 && ((m < 0) != (b.as_double() < 0))) m += b.as_double();
         return Value(m);
       }
+      if (b.as_int() == -1) return Value(int64_t{0});
       int64_t m = a.as_int() % b.as_int();
       if (m != 0 && ((m < 0) != (b.as_int() < 0))) m += b.as_int();
       return Value(m);

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 
 #include "ember/core/error.h"
@@ -265,7 +266,8 @@ class Lexer {
     t.text = text;
     t.line = line_;
     if (is_float) {
-      t.float_value = std::stod(text);
+      // strtod, not stod: a literal past double's range is inf, as Python's float() makes it.
+      t.float_value = std::strtod(text.c_str(), nullptr);
     } else {
       try {
         t.int_value = std::stoll(text);

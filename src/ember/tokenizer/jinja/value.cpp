@@ -120,9 +120,14 @@ Value::Kind Value::kind() const {
   return static_cast<Kind>(data_.index());
 }
 
+void Value::wrong_type(const char* wanted) const {
+  throw Error(ErrorKind::InvalidArgument,
+              std::string("chat template: expected ") + wanted + ", got " + type_name());
+}
+
 int64_t Value::as_int() const {
   if (is_bool()) return as_bool() ? 1 : 0;
-  return std::get<int64_t>(data_);
+  return get_as<int64_t>("a number");
 }
 
 double Value::as_double() const {

@@ -86,14 +86,16 @@ class Value {
   bool is_tuple() const { return is_tuple_; }
   bool is_markup() const { return is_markup_; }
 
-  bool as_bool() const { return std::get<bool>(data_); }
+  // The value as one type. The wrong type is the template's mistake, not ours: ember::Error
+  // ("chat template: expected a list, got str"), as Jinja raises a TypeError.
+  bool as_bool() const { return get_as<bool>("a boolean"); }
   int64_t as_int() const;    // bool or int
   double as_double() const;  // bool, int or float
-  const std::string& as_string() const { return std::get<std::string>(data_); }
-  const List& as_list() const { return *std::get<std::shared_ptr<List>>(data_); }
-  const Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(data_); }
-  Dict& mutable_dict() const { return *std::get<std::shared_ptr<Dict>>(data_); }
-  const Callable& as_callable() const { return *std::get<std::shared_ptr<Callable>>(data_); }
+  const std::string& as_string() const { return get_as<std::string>("a string"); }
+  const List& as_list() const { return *get_as<std::shared_ptr<List>>("a list"); }
+  const Dict& as_dict() const { return *get_as<std::shared_ptr<Dict>>("a dict"); }
+  Dict& mutable_dict() const { return *get_as<std::shared_ptr<Dict>>("a dict"); }
+  const Callable& as_callable() const { return *get_as<std::shared_ptr<Callable>>("a callable"); }
   // For an undefined value: the name that was looked up, for error messages.
   const std::string& undefined_name() const { return undefined_name_; }
 
@@ -106,6 +108,13 @@ class Value {
   const char* type_name() const;
 
  private:
+  [[noreturn]] void wrong_type(const char* wanted) const;
+  template <typename T>
+  const T& get_as(const char* wanted) const {
+    if (const T* value = std::get_if<T>(&data_)) return *value;
+    wrong_type(wanted);
+  }
+
   std::variant<std::monostate, std::nullptr_t, bool, int64_t, double, std::string,
                std::shared_ptr<List>, std::shared_ptr<Dict>, std::shared_ptr<Callable>>
       data_;
