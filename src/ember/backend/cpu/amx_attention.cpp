@@ -47,7 +47,6 @@ constexpr int64_t kPassDims = 64;     // head_dim values per pass: 4 O^T tiles
 constexpr float kLazyRescaleLog2 = 8.0f;
 // (Zero-masked forms with every lane: GCC 12's plain ones read an "undefined" vector and warn.)
 constexpr auto kAll = static_cast<__mmask16>(0xffff);
-constexpr auto kAll8 = static_cast<__mmask8>(0xff);
 
 // Tiles: 0-3 O^T; 4-5 S^T (keys 0-15, 16-31 of the step); 6 A; 7 B. All 16 rows x 64 bytes.
 EMBER_AMX void configure_tiles() {

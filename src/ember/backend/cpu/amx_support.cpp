@@ -52,6 +52,11 @@ const std::string& amx_unavailable_reason() {
   return reason;
 }
 
+bool cpu_has_amx_tiles() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & kAmxTileBit) != 0;
+}
+
 bool amx_available() {
   return amx_unavailable_reason().empty();
 }

@@ -15,6 +15,8 @@ namespace ember::cpu {
 
 bool amx_available();
 const std::string& amx_unavailable_reason();
+// Whether the CPU has AMX-TILE (CPUID only: says nothing of the OS or the permission).
+bool cpu_has_amx_tiles();
 
 // A tile configuration (the 64-byte operand of LDTILECFG, palette 1): tile i has rows[i] rows of
 // colsb[i] bytes.

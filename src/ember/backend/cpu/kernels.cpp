@@ -4,6 +4,8 @@
 // attributes and is only reached through this dispatcher after the CPU check.
 #include "ember/backend/cpu/kernels.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -100,10 +102,15 @@ constexpr KernelTable kAmxTable = {
     amx::matmul_prepared,
 };
 
+// F16C (CPUID.1:ECX bit 29) read directly: clang 14's __builtin_cpu_supports does not know it.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 bool cpu_has_avx512() {
@@ -122,7 +129,7 @@ const KernelTable* resolve(Isa wanted, bool forced) {
   if (wanted == Isa::Amx) {
     if (cpu_has_avx512() && amx_available()) return &kAmxTable;
     static std::atomic<bool> said{false};
-    const bool cpu_has_tiles = __builtin_cpu_supports("amx-tile");
+    const bool cpu_has_tiles = cpu_has_amx_tiles();
     if ((forced || cpu_has_tiles) && !said.exchange(true)) {
       std::fprintf(stderr, "ember: AMX unavailable (%s); using %s kernels\n",
                    cpu_has_avx512() ? amx_unavailable_reason().c_str() : "this CPU lacks AVX-512",
