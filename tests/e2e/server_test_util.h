@@ -22,6 +22,7 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   bool ready() const { return port_ > 0; }
+  pid_t pid() const { return pid_; }
   int port() const { return port_; }
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   const std::string& startup_error() const { return error_; }

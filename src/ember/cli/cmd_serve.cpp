@@ -43,8 +43,38 @@ struct ServeOptions {
   std::string ssl_cert, ssl_key;
   std::vector<std::string> cors_origins;
   std::string max_body = "16MiB";
+  server::ConnectionLimits connections;
+  std::string max_header_bytes = "64KiB";
   KvOffloadOptions offload;
 };
+
+// --max-connections, --header-timeout, --body-timeout, --max-header-bytes, --keep-alive-requests,
+// each checked.
+server::ConnectionLimits connection_limits(const ServeOptions& o) {
+  server::ConnectionLimits c = o.connections;
+  if (c.max_connections < 1) {
+    throw Error::invalid_request("--max-connections", "--max-connections must be at least 1");
+  }
+  if (c.max_connections < o.max_seqs + 1) {
+    throw Error::invalid_request("--max-connections",
+                                 "--max-connections must exceed --max-seqs (each running request "
+                                 "holds a connection; /health needs one more)");
+  }
+  if (!(c.header_timeout_seconds > 0) || !(c.body_timeout_seconds > 0)) {
+    throw Error::invalid_request("--header-timeout",
+                                 "--header-timeout and --body-timeout must be positive seconds");
+  }
+  if (c.keep_alive_requests < 1) {
+    throw Error::invalid_request("--keep-alive-requests",
+                                 "--keep-alive-requests must be at least 1");
+  }
+  const int64_t header_bytes = parse_byte_size(o.max_header_bytes);
+  if (header_bytes < 1024) {
+    throw Error::invalid_request("--max-header-bytes", "--max-header-bytes must be at least 1KiB");
+  }
+  c.max_header_bytes = static_cast<size_t>(header_bytes);
+  return c;
+}
 
 // The key from --api-key or the first line of --api-key-file ("" for none).
 std::string resolve_api_key(const ServeOptions& o) {
@@ -181,6 +211,7 @@ int serve_command(const ServeOptions& o) {
   if (o.block_size < 1) throw Error("--block-size must be at least 1");
   if (o.max_waiting < 0) throw Error("--max-waiting must not be negative");
   const std::string api_key = resolve_api_key(o);  // a bad key file fails before the model loads
+  const server::ConnectionLimits connections = connection_limits(o);  // so do bad limits
   // Resolve a forced chat template before the (possibly slow) model load so typos fail fast.
   std::optional<ChatTemplate> forced;
   if (!o.chat_template.empty()) forced = ChatTemplate::resolve(o.chat_template, "", nullptr);
@@ -219,8 +250,6 @@ int serve_command(const ServeOptions& o) {
   http_options.host = o.host;
   http_options.port = o.port;
   http_options.model_id = o.model_name.empty() ? model_id_for(model.checkpoint.path) : o.model_name;
-  http_options.http_threads =
-      static_cast<int>(std::min<int64_t>(1024, o.max_seqs + o.max_waiting + 8));
   http_options.drain_timeout_seconds = o.drain_timeout;
   http_options.api_key = api_key;
   http_options.strict_api = o.strict_api;
@@ -235,6 +264,7 @@ int serve_command(const ServeOptions& o) {
   if (max_body < 1024)
     throw Error::invalid_request("--max-body", "--max-body must be at least 1KiB");
   http_options.max_body_bytes = static_cast<size_t>(max_body);
+  http_options.connections = connections;
   if (http_options.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" &&
       o.host != "::1") {
     std::fprintf(stderr,
@@ -324,6 +354,22 @@ Command add_serve_command(CLI::App& app) {
       "--cors-origin", o->cors_origins,
       "Let pages of this origin call the server (CORS; repeat for several, '*' for any)");
   cmd->add_option("--max-body", o->max_body, "Largest request body (413 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->connections.max_connections,
+                  "Client connections served at once; more get 503 with Retry-After (plain HTTP)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", o->connections.header_timeout_seconds,
+                  "Seconds a request's line and headers may take to arrive (then the connection "
+                  "is closed)")
+      ->capture_default_str();
+  cmd->add_option("--body-timeout", o->connections.body_timeout_seconds,
+                  "Seconds a request's body may take to arrive after its headers")
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", o->max_header_bytes,
+                  "Largest request line + headers (400 and closed beyond)")
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-requests", o->connections.keep_alive_requests,
+                  "Requests one kept-alive connection may make")
       ->capture_default_str();
   cmd->add_option("--ssl-cert", o->ssl_cert, "Serve HTTPS with this PEM certificate (chain)");
   cmd->add_option("--ssl-key", o->ssl_key, "The PEM private key of --ssl-cert");

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include "ember/server/error_response.h"
+#include "ember/server/guarded_http_server.h"
 #include "ember/server/relay.h"
 
 namespace ember::server {
@@ -23,8 +24,17 @@ void HttpServer::respond_whole(Relay& relay, httplib::Response& res) const {
   std::vector<Completion> results;
   for (Choice& choice : relay.choices) {
     while (!choice.done) {
-      std::optional<StreamEvent> e = choice.pop(1000ms);
-      if (!e) continue;
+      std::optional<StreamEvent> e = choice.pop(20ms);
+      if (!e) {
+        // Nobody will read this answer: stop generating it (its KV blocks go back).
+        if (current_client_gone()) {
+          relay.cancel();
+          finish_trace(relay);
+          res.status = 499;  // nginx's "client closed request": not a server error
+          return;
+        }
+        continue;
+      }
       choice.absorb(*e);
       choice.done = e->finished;
       if (e->finished && e->finish_reason == FinishReason::Error) {

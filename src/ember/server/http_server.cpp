@@ -12,6 +12,7 @@
 #include "ember/engine/grammar/grammar_constraint.h"
 #include "ember/server/embeddings_api.h"
 #include "ember/server/error_response.h"
+#include "ember/server/guarded_http_server.h"
 #include "ember/server/relay.h"
 #include "ember/server/tokenize_api.h"
 #include "ember/server/vllm_metrics.h"
@@ -25,16 +26,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// httplib 0.11 listens with a backlog of 5: a burst of clients (32 streams at once) overflows it
-// and the kernel drops SYNs, costing the unlucky ones a 1 s retransmit. Linux lets listen() be
-// called again on a listening socket to raise the backlog; this exposes the socket to do that.
-// Plain HTTP or TLS (--ssl-cert/--ssl-key, OpenSSL through cpp-httplib's SSLServer).
-template <class Base>
-class BacklogServer : public Base {
+// TLS (--ssl-cert/--ssl-key, OpenSSL through cpp-httplib's SSLServer) keeps httplib's own
+// connection handling; GuardedHttpServer::raise_backlog's reason applies to it too.
+class TlsServer : public httplib::SSLServer {
  public:
-  using Base::Base;
+  using httplib::SSLServer::SSLServer;
   void raise_backlog() {
-    socket_t fd = this->svr_sock_;
+    const socket_t fd = svr_sock_;
     if (fd != INVALID_SOCKET) ::listen(fd, SOMAXCONN);
   }
 };
@@ -43,9 +41,8 @@ std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& o) {
   if (o.ssl_cert.empty() != o.ssl_key.empty()) {
     throw Error(ErrorKind::InvalidArgument, "TLS needs both --ssl-cert and --ssl-key");
   }
-  if (o.ssl_cert.empty()) return std::make_unique<BacklogServer<httplib::Server>>();
-  auto tls =
-      std::make_unique<BacklogServer<httplib::SSLServer>>(o.ssl_cert.c_str(), o.ssl_key.c_str());
+  if (o.ssl_cert.empty()) return std::make_unique<GuardedHttpServer>(o.connections);
+  auto tls = std::make_unique<TlsServer>(o.ssl_cert.c_str(), o.ssl_key.c_str());
   if (!tls->is_valid()) {
     throw Error(ErrorKind::InvalidArgument,
                 "cannot load the TLS certificate '" + o.ssl_cert + "' and key '" + o.ssl_key +
@@ -105,17 +102,18 @@ HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemp
   for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
     max_piece_bytes_ = std::max(max_piece_bytes_, tokenizer_.token_bytes(id).size());
   }
-  // Every streaming request holds a worker thread for its whole life, so the pool must cover all
-  // requests the engine may hold at once (plus a few for /health and /metrics); httplib's
-  // default of ~8 would serialise concurrent streams.
+  // Every connection holds a worker thread for its whole life (a streaming request for minutes),
+  // so the pool is sized above the connection cap: a connection under the cap never waits for a
+  // thread (which is how slow clients used to starve /health), one over it is refused at once.
   int threads = options_.http_threads;
-  if (threads <= 0) threads = 64;
+  if (threads <= 0) threads = static_cast<int>(options_.connections.max_connections + 8);
   http_->new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };
   http_->set_payload_max_length(options_.max_body_bytes);
-  // httplib also applies this to the wait for a new connection's first request: keep it generous.
+  // TLS connections (httplib's own handling): the wait for a new connection's first request.
   http_->set_keep_alive_timeout(10);
+  guarded_ = dynamic_cast<GuardedHttpServer*>(http_.get());
   if (options_.allow_trace) {
     const LLMEngine& engine = engine_.engine();
     TraceContext context;
@@ -379,6 +377,22 @@ void HttpServer::handle_metrics(httplib::Response& res) const {
               std::to_string(n) + "\n";
     }
   }
+  if (guarded_) {
+    text += "# HELP ember_http_connections_open Client connections open (plain HTTP)\n";
+    text += "# TYPE ember_http_connections_open gauge\n";
+    text += "ember_http_connections_open " + std::to_string(guarded_->open_connections()) + "\n";
+    text +=
+        "# HELP ember_http_connections_refused_total Connections refused over --max-connections\n";
+    text += "# TYPE ember_http_connections_refused_total counter\n";
+    text += "ember_http_connections_refused_total " +
+            std::to_string(guarded_->refused_connections()) + "\n";
+    text +=
+        "# HELP ember_http_connections_cut_total Connections closed past a header/body deadline "
+        "or the header size limit\n";
+    text += "# TYPE ember_http_connections_cut_total counter\n";
+    text +=
+        "ember_http_connections_cut_total " + std::to_string(guarded_->cut_connections()) + "\n";
+  }
   text += "# HELP ember_http_requests_in_flight Generation requests being served\n";
   text += "# TYPE ember_http_requests_in_flight gauge\n";
   text += "ember_http_requests_in_flight " + std::to_string(active_.load()) + "\n";
@@ -545,10 +559,10 @@ int HttpServer::bind() {
     throw Error("cannot bind " + options_.host + ":" + std::to_string(port) +
                 " (address in use or not available)");
   }
-  if (options_.ssl_cert.empty()) {
-    static_cast<BacklogServer<httplib::Server>&>(*http_).raise_backlog();
+  if (guarded_) {
+    guarded_->raise_backlog();
   } else {
-    static_cast<BacklogServer<httplib::SSLServer>&>(*http_).raise_backlog();
+    static_cast<TlsServer&>(*http_).raise_backlog();
   }
   return port;
 }

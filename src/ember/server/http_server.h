@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ember/engine/async_engine.h"
+#include "ember/server/connection_limits.h"
 #include "ember/server/openai_api.h"
 #include "ember/server/trace_store.h"
 #include "ember/tokenizer/chat_template.h"
@@ -34,13 +35,14 @@ namespace ember::server {
 
 struct Relay;
 struct Choice;
+class GuardedHttpServer;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                      // 0: any free port (see bind())
   std::string model_id = "ember";       // what /v1/models lists and responses echo
   size_t max_body_bytes = 16u << 20;    // larger bodies get 413 before any parsing (--max-body)
-  int http_threads = 0;                 // 0: enough for every running + waiting request
+  int http_threads = 0;                 // 0: connections.max_connections + 8
   double drain_timeout_seconds = 10.0;  // on shutdown, how long in-flight requests may finish
   // Non-empty: every endpoint but /health wants `Authorization: Bearer <api_key>` (401 otherwise).
   std::string api_key;
@@ -56,6 +58,8 @@ struct ServerOptions {
   // off: such a request is refused (400). The machine's ceilings for the traces' rooflines.
   bool allow_trace = false;
   TraceMachine trace_machine;
+  // Plain HTTP: the connection cap, header/body deadlines and limits (guarded_http_server.h).
+  ConnectionLimits connections;
 };
 
 class HttpServer {
@@ -125,7 +129,8 @@ class HttpServer {
   ToolCallFormat tool_format_;  // how this model writes tool calls (from its template)
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
-  std::unique_ptr<TraceStore> traces_;  // with allow_trace
+  GuardedHttpServer* guarded_ = nullptr;  // http_ for plain HTTP (null with TLS)
+  std::unique_ptr<TraceStore> traces_;    // with allow_trace
   size_t max_piece_bytes_ = 1;  // longest token's bytes: bounds tokens-per-byte for a quick check
   int64_t created_ = 0;
   std::atomic<bool> draining_{false};
