@@ -68,6 +68,15 @@ bool is_sentencepiece_style_json(const json& root) {
   return model.value("type", "BPE") == "BPE" && model.value("byte_fallback", false) == true;
 }
 
+void check_dense_ids(int32_t max_id, size_t entries, const std::string& path) {
+  if (static_cast<uint64_t>(max_id) >= 2 * static_cast<uint64_t>(entries) + 1024) {
+    throw Error::in_file(ErrorKind::InvalidFile, path,
+                         "token id " + std::to_string(max_id) + " is far past the " +
+                             std::to_string(entries) +
+                             " tokens the file has (ids must number the vocabulary densely)");
+  }
+}
+
 std::unique_ptr<SpmTokenizer> load_spm_tokenizer_json(const json& root, const std::string& path) {
   const json& model = root["model"];
   if (!model.contains("vocab") || !model["vocab"].is_object())
@@ -83,12 +92,17 @@ std::unique_ptr<SpmTokenizer> load_spm_tokenizer_json(const json& root, const st
     max_id = std::max(max_id, it.value().get<int32_t>());
   }
   const json& added = root.value("added_tokens", json::array());
+  if (!added.is_array()) fail(path, "\"added_tokens\" is not an array");
   for (const json& a : added) {
-    if (a.contains("id") && a["id"].is_number_integer()) {
-      max_id = std::max(max_id, a["id"].get<int32_t>());
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+        a["id"].get<int64_t>() < 0 ||
+        a["id"].get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      fail(path, "an \"added_tokens\" entry has no valid id");
     }
+    max_id = std::max(max_id, a["id"].get<int32_t>());
   }
   if (max_id < 0) fail(path, "empty vocabulary");
+  check_dense_ids(max_id, ids.size() + added.size(), path);
 
   SpmVocab v;
   v.pieces.assign(static_cast<size_t>(max_id) + 1, std::string());

@@ -24,4 +24,9 @@ bool is_sentencepiece_style_json(const nlohmann::json& root);
 std::unique_ptr<SpmTokenizer> load_spm_tokenizer_json(const nlohmann::json& root,
                                                       const std::string& path);
 
+// Both tokenizer.json readers lay the tokens out by id, so the largest id sizes the vocabulary:
+// a file whose ids are mostly holes (one id of 2^30 among ten tokens asked for tens of GB) is
+// refused, naming `path`. Allowed: max_id < 2 * entries + 1024.
+void check_dense_ids(int32_t max_id, size_t entries, const std::string& path);
+
 }  // namespace ember

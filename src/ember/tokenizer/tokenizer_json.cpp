@@ -254,6 +254,7 @@ std::vector<AddedToken> read_added_tokens(const Reader& r, const json& root, int
 // adds the added tokens' spellings to `ids`.
 void fill_tokens(const Reader& r, TokenIds& ids, std::vector<AddedToken> added, int32_t max_id,
                  BpeVocab& vocab) {
+  check_dense_ids(max_id, ids.size() + added.size(), r.path());
   vocab.tokens.assign(static_cast<size_t>(max_id) + 1, std::string());
   vocab.kinds.assign(vocab.tokens.size(), BpeTokenKind::Unused);
   for (const auto& [spelling, id] : ids) {

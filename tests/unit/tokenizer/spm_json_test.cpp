@@ -209,5 +209,31 @@ TEST(SpmTokenizerJson, SectionsOfTheWrongTypeAreNamedErrors) {
   }
 }
 
+// Found by fuzzing (fuzz/corpus/tokenizer_json/crash-id-past-vocabulary.json): one id of ~2^30
+// sized the vocabulary (a 32 GB allocation); and a negative added-token id indexed before the
+// table. Both are refused, naming the file.
+TEST(SpmTokenizerJson, IdsFarPastTheVocabularyOrNegativeAreRefused) {
+  const fs::path dir = test::scratch_dir("spm-json-ids");
+  const json model = {{"type", "BPE"},
+                      {"vocab", {{"<unk>", 0}, {"a", 1}}},
+                      {"merges", json::array()},
+                      {"byte_fallback", true}};
+  json byte_level = model;
+  byte_level["byte_fallback"] = false;
+  byte_level["vocab"]["b"] = 1 << 30;
+  const std::pair<json, std::string> cases[] = {
+      {json{{"model", byte_level}}, "far past the 3 tokens"},
+      {json{{"model", model}, {"added_tokens", {{{"id", 1 << 30}, {"content", "<x>"}}}}},
+       "far past the 3 tokens"},
+      {json{{"model", model}, {"added_tokens", {{{"id", -1}, {"content", "<x>"}}}}}, "no valid id"},
+  };
+  for (const auto& [root, expected] : cases) {
+    std::ofstream(dir / "tokenizer.json") << root.dump();
+    const std::string msg =
+        test::error_message([&] { load_tokenizer_json((dir / "tokenizer.json").string()); });
+    EXPECT_NE(msg.find(expected), std::string::npos) << root.dump() << ": " << msg;
+  }
+}
+
 }  // namespace
 }  // namespace ember
