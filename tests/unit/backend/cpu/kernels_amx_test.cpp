@@ -178,6 +178,46 @@ TEST(KernelsAmx, RowRangesAndTokenCountsDoNotChangeBits) {
   }
 }
 
+// K past 24 chunks runs in K slabs with C kept in y between them, and rows in groups of 256: the
+// slabbed sums are those of the rounded product, cut row ranges (inside a group, across groups,
+// not whole tiles) give the bits of the whole call and write nothing outside themselves, and a
+// token's bits do not depend on T.
+TEST(KernelsAmx, LongKSlabsAndRowGroupsKeepTheBits) {
+  EMBER_REQUIRE_AMX();
+  IsaScope scope(Isa::Amx);
+  const int64_t N = 333;
+  for (DType dtype : {DType::BF16, DType::Q4_0}) {
+    for (int64_t K : {800, 1000, 1536}) {
+      const int64_t Kq = dtype == DType::BF16 ? K : K / 32 * 32;
+      const auto layout = dtype == DType::BF16 ? WeightLayout::Rows : WeightLayout::Interleaved8;
+      auto w = make_weights(random_floats(N * Kq, 111), N, Kq, dtype, layout);
+      auto tiled = dtype == DType::BF16 ? tile(w.view) : TiledWeights{{}, w.view};
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " K=" + std::to_string(Kq));
+      const int64_t T = 37;
+      const auto x = random_floats(T * Kq, 112);
+      std::vector<float> whole(static_cast<size_t>(T * N));
+      matmul(x.data(), T, tiled.view, whole.data(), N, 0, N);
+      expect_rounded_product(x, T, tiled.view, whole, 0, N);
+      std::vector<float> split(whole.size(), -7.0f);
+      const int64_t cuts[] = {0, 17, 64, 250, 270, 320, 333};
+      for (size_t i = 1; i < std::size(cuts); ++i) {
+        matmul(x.data(), T, tiled.view, split.data(), N, cuts[i - 1], cuts[i]);
+      }
+      ASSERT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)));
+      std::vector<float> guarded(whole.size(), -7.0f);
+      matmul(x.data(), T, tiled.view, guarded.data(), N, 250, 270);
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t n = 0; n < N; ++n) {
+          const float expected = n >= 250 && n < 270 ? whole[t * N + n] : -7.0f;
+          ASSERT_EQ(guarded[t * N + n], expected) << t << " " << n;
+        }
+      }
+      std::vector<float> part(static_cast<size_t>(17 * N));
+      matmul(x.data(), 17, tiled.view, part.data(), N, 0, N);
+      ASSERT_EQ(0, std::memcmp(whole.data(), part.data(), part.size() * sizeof(float)));
+    }
+  }
+}
 // Decode on AmxTiles (fewer than 16 tokens): batch rows equal single-token calls bit for bit.
 TEST(KernelsAmx, TilesDecodeRowsMatchSingleToken) {
   EMBER_REQUIRE_AMX();
