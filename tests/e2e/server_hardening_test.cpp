@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -177,6 +178,53 @@ TEST(ServerHardening, EndlessHeadersAreRefusedAndTheConnectionClosed) {
   const auto [health, seconds] = timed_exchange(server.port(), kHealth);
   EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << health;
   EXPECT_EQ(test::server_metrics(server.port()).at("ember_http_connections_cut_total"), 1);
+}
+
+// A request with a foreign Origin carrying, as its body, a whole request without one (what a
+// page of another site can send with fetch and text/plain): the outer one is refused, and the
+// body is never parsed as the next request on the connection, which used to run it. And a CORS
+// preflight (answered from its headers) with such a body: the connection is closed after it.
+TEST(ServerHardening, ARefusedRequestsBodyIsNeverRunAsTheNextRequest) {
+  EMBER_REQUIRE_FIXTURE(stories_model());
+  test::ServerProcess server("-m " + test::shell_quote(stories_model()) +
+                             " -t 2 --cors-origin http://allowed.example");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  const std::string inner = completion_request({{"prompt", "Once"}, {"max_tokens", 4}}, false);
+  for (const std::string& framing : {"Content-Length: " + std::to_string(inner.size()) + "\r\n",
+                                     std::string("Transfer-Encoding: chunked\r\n")}) {
+    SCOPED_TRACE(framing);
+    std::string body = inner;
+    if (framing.rfind("Transfer", 0) == 0) {
+      char size[32];
+      std::snprintf(size, sizeof size, "%zx\r\n", inner.size());
+      body = size + inner + "\r\n0\r\n\r\n";
+    }
+    const int fd = connect_to(server.port());
+    ASSERT_GE(fd, 0);
+    send_all(fd,
+             "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
+             "Content-Type: text/plain\r\n" +
+                 framing + "\r\n" + body);
+    const std::string answer = read_until_closed(fd, 3s);
+    ::close(fd);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 403", 0), 0u) << answer.substr(0, 200);
+    EXPECT_EQ(answer.find("HTTP/1.1", 1), std::string::npos) << "a second answer:\n" << answer;
+  }
+  const int fd = connect_to(server.port());
+  ASSERT_GE(fd, 0);
+  send_all(fd,
+           "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Origin: http://allowed.example\r\nContent-Length: " +
+               std::to_string(inner.size()) + "\r\n\r\n" + inner);
+  bool closed = false;
+  const std::string answer = read_until_closed(fd, 3s, &closed);
+  ::close(fd);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 204", 0), 0u) << answer.substr(0, 200);
+  EXPECT_EQ(answer.find("HTTP/1.1", 1), std::string::npos) << "a second answer:\n" << answer;
+  EXPECT_TRUE(closed);
+  const auto metrics = test::server_metrics(server.port());
+  EXPECT_EQ(metrics.at("ember_requests_total"), 0) << "a smuggled completion ran";
+  EXPECT_EQ(metrics.at("ember_http_responses_total{code=\"403\"}"), 2);
 }
 
 // A client that leaves while its whole (non-streamed) answer is being generated cancels it: its

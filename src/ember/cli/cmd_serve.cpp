@@ -336,7 +336,7 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix caching");
   o->offload.add_to(*cmd);
-  cmd->add_option("--max-waiting", o->max_waiting, "Queued requests before answering 429")
+  cmd->add_option("--max-waiting", o->max_waiting, "Queued requests before answering 503")
       ->capture_default_str();
   cmd->add_option(
       "--chat-template", o->chat_template,

@@ -17,7 +17,7 @@ namespace ember {
 
 struct AsyncEngineOptions {
   LLMEngineOptions engine;
-  int64_t max_waiting = 256;  // queued requests beyond this are refused (HTTP 429)
+  int64_t max_waiting = 256;  // queued requests beyond this are refused (HTTP 503)
 };
 
 class AsyncEngine {

@@ -20,7 +20,7 @@ StatusAndType status_and_type(ErrorKind kind) {
     case ErrorKind::Unsupported:
       return {400, "invalid_request_error"};  // well-formed, but asks for what ember lacks
     case ErrorKind::ResourceExhausted:
-      return {429, "rate_limit_error"};  // the client may retry later
+      return {503, "server_error"};  // a full queue or memory: the client may retry later
     case ErrorKind::Unavailable:
       return {503, "server_error"};
     case ErrorKind::InvalidFile:  // the server's own model or tokenizer files, not the client's

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -74,9 +76,22 @@ class ConnectionStream : public httplib::Stream {
     deadline_ = Clock::now() + seconds(limits_.header_timeout_seconds);
   }
   // Its headers were read: the body is due within body_timeout (the handler reads nothing more).
-  void headers_done() {
+  void headers_done(const httplib::Request& req) {
     in_headers_ = false;
     deadline_ = Clock::now() + seconds(limits_.body_timeout_seconds);
+    delivered_at_body_ = delivered_;
+    chunked_ = req.has_header("Transfer-Encoding");
+    body_bytes_ = 0;
+    if (req.has_header("Content-Length")) {
+      body_bytes_ = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+    }
+  }
+  // Whether the request just answered left body bytes unread (answered before its body was read:
+  // a refused origin or key, a body over --max-body). Those bytes must never be parsed as the
+  // next request on this connection, where a page could have put a whole request of its choice.
+  bool body_left_unread() const {
+    const uint64_t read = delivered_ - delivered_at_body_;
+    return chunked_ ? read == 0 : read < body_bytes_;
   }
   // A deadline or the header limit cut this connection.
   bool cut() const { return cut_; }
@@ -115,6 +130,7 @@ class ConnectionStream : public httplib::Stream {
     }
     std::memcpy(ptr, buffer_ + begin_, n);
     begin_ += n;
+    delivered_ += n;
     return static_cast<ssize_t>(n);
   }
 
@@ -145,6 +161,9 @@ class ConnectionStream : public httplib::Stream {
   bool in_headers_ = false;
   size_t header_bytes_ = 0;
   bool cut_ = false;
+  uint64_t delivered_ = 0, delivered_at_body_ = 0;  // bytes handed to httplib
+  uint64_t body_bytes_ = 0;                         // the request's Content-Length
+  bool chunked_ = false;
   char buffer_[4096];
   size_t begin_ = 0, end_ = 0;
 };
@@ -187,9 +206,9 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
       stream.start_request();
       bool closed = false;
       ok = process_request(stream, left == 1, closed,
-                           [&stream](httplib::Request&) { stream.headers_done(); });
+                           [&stream](httplib::Request& req) { stream.headers_done(req); });
       if (stream.cut()) ++cut_;
-      if (!ok || closed || stream.cut()) break;
+      if (!ok || closed || stream.cut() || stream.body_left_unread()) break;
     }
     t_connection = INVALID_SOCKET;
   }

@@ -12,7 +12,9 @@
 // A read past its phase's deadline or byte limit fails, httplib answers 400 and the connection is
 // closed. At most max_connections are served at once: the next one gets 503 with Retry-After and
 // is closed at once, and the thread pool is sized above the cap so that a connection under it
-// never waits for a thread. A connection serves at most keep_alive_requests requests.
+// never waits for a thread. A connection serves at most keep_alive_requests requests, and is
+// closed after a request answered without reading all of its body (a CORS preflight, anything
+// refused from its headers): those bytes are never parsed as the next request.
 //
 // TLS (--ssl-cert) keeps httplib's SSLServer and its own connection handling (its reads are
 // private to it): these limits apply to plain HTTP; put TLS in front for an exposed server.

@@ -14,6 +14,7 @@
 #include "ember/server/error_response.h"
 #include "ember/server/guarded_http_server.h"
 #include "ember/server/relay.h"
+#include "ember/server/request_guard.h"
 #include "ember/server/tokenize_api.h"
 #include "ember/server/vllm_metrics.h"
 
@@ -54,7 +55,7 @@ std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& o) {
 void send(httplib::Response& res, const ErrorResponse& e) {
   res.status = e.status;
   // A full queue or a draining server: worth retrying shortly.
-  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
+  if (e.status == 503) res.set_header("Retry-After", "1");
   res.set_content(dump_json(e.body), "application/json");
 }
 
@@ -98,6 +99,8 @@ HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemp
       tool_format_(tool_call_format_for_template(chat_template_.source())),
       options_(std::move(options)),
       http_(make_http_server(options_)),
+      guard_(std::make_unique<RequestGuard>(
+          GuardOptions{options_.host, options_.api_key, options_.cors_origins})),
       created_(static_cast<int64_t>(std::time(nullptr))) {
   for (int32_t id = 0; id < tokenizer_.vocab_size(); ++id) {
     max_piece_bytes_ = std::max(max_piece_bytes_, tokenizer_.token_bytes(id).size());
@@ -134,147 +137,58 @@ void HttpServer::count_response(int status) {
   ++responses_by_status_[status];
 }
 
-namespace {
-
-// Compares in time that depends on the lengths only, not on where the first difference is.
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
-}
-
-bool is_loopback_host(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host == "[::1]";
-}
-
-// The host part of a Host header ("127.0.0.1:8080", "[::1]:8080", "localhost").
-std::string host_of(const std::string& value) {
-  if (!value.empty() && value.front() == '[') {
-    const size_t end = value.find(']');
-    return end == std::string::npos ? value : value.substr(0, end + 1);
-  }
-  return value.substr(0, value.find(':'));
-}
-
-// The host of an Origin header ("http://localhost:3000" -> "localhost"); "" when malformed.
-std::string origin_host(const std::string& origin) {
-  const size_t scheme = origin.find("://");
-  if (scheme == std::string::npos) return "";
-  std::string rest = origin.substr(scheme + 3);
-  rest = rest.substr(0, rest.find('/'));
-  return host_of(rest);
-}
-
-}  // namespace
-
-// A server bound to loopback serves only requests addressed to loopback (a DNS-rebinding page
-// reaches it under another name) and from no other site's page (a cross-site POST carries that
-// site's Origin). Non-loopback binds are for remote clients: no check (use --api-key).
-std::string HttpServer::refused_origin(const httplib::Request& req) const {
-  if (!is_loopback_host(options_.host)) return "";
-  const std::string host = req.get_header_value("Host");
-  if (!host.empty() && !is_loopback_host(host_of(host))) {
-    return "Host '" + host + "' is not this loopback server's address";
-  }
-  const std::string origin = req.get_header_value("Origin");
-  if (!origin.empty() && origin != "null" && !is_loopback_host(origin_host(origin)) &&
-      !cors_allows(origin)) {
-    return "requests from pages of '" + origin + "' are not accepted (--cors-origin allows some)";
-  }
-  return "";
-}
-
-bool HttpServer::cors_allows(const std::string& origin) const {
-  for (const std::string& allowed : options_.cors_origins) {
-    if (allowed == "*" || allowed == origin) return true;
-  }
-  return false;
-}
-
-bool HttpServer::authorized(const httplib::Request& req) const {
-  if (options_.api_key.empty() || req.path == "/health" || req.path == "/") return true;
-  const std::string header = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  const std::string given = header.rfind(prefix, 0) == 0 ? header.substr(prefix.size()) : "";
-  return constant_time_equal(given, options_.api_key);
-}
-
 void HttpServer::route() {
   // --api-key: checked before routing, so no endpoint (or unknown path) answers without it.
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    // CORS (off unless --cors-origin): an allowed page's origin is echoed on every response, and
-    // its preflight (OPTIONS, sent without credentials) is answered before the key check.
-    const std::string origin = req.get_header_value("Origin");
-    if (!origin.empty() && cors_allows(origin)) {
-      res.set_header("Access-Control-Allow-Origin", origin);
-      res.set_header("Vary", "Origin");
-      if (req.method == "OPTIONS") {
-        res.status = 204;
-        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-        res.set_header("Access-Control-Max-Age", "600");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (const std::string why = refused_origin(req); !why.empty()) {
-      res.status = 403;
-      res.set_content(dump_json(json{{"error",
-                                      {{"message", why},
-                                       {"type", "invalid_request_error"},
-                                       {"param", nullptr},
-                                       {"code", "forbidden_origin"}}}}),
-                      "application/json");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    res.status = 401;
-    res.set_header("WWW-Authenticate", "Bearer");
-    res.set_content(dump_json(json{{"error",
-                                    {{"message",
-                                      "invalid or missing API key (send the header "
-                                      "'Authorization: Bearer KEY')"},
-                                     {"type", "invalid_request_error"},
-                                     {"param", nullptr},
-                                     {"code", "invalid_api_key"}}}}),
-                    "application/json");
-    return httplib::Server::HandlerResponse::Handled;
+    return guard_->before_routing(req, res);
   });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  // Every route answers a refused request's refusal once its body is read (request_guard.h).
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  auto guarded = [](Handler handler) {
+    return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+      if (!RequestGuard::answer_refusal(res)) handler(req, res);
+    };
+  };
+  auto post = [&](const std::string& pattern, Handler handler) {
+    http_->Post(pattern, guarded(std::move(handler)));
+  };
+  auto get = [&](const std::string& pattern, Handler handler) {
+    http_->Get(pattern, guarded(std::move(handler)));
+  };
+  post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::Completions, req, res);
   });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::ChatCompletions, req, res);
   });
-  http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_json(res, handle_tokenize(tokenizer_, req.body));
   });
-  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     send_json(res, handle_detokenize(tokenizer_, req.body));
   });
-  http_->Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
     handle_embeddings(req, res);
   });
   // llama.cpp's /apply-template: a chat request body -> {"prompt": the rendered text}.
-  http_->Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
     auto parsed = parse_request(Endpoint::ChatCompletions, req.body, options_.strict_api);
     if (auto* e = std::get_if<Error>(&parsed)) throw *e;
     const ChatTemplateContext spelling = chat_context_for(tokenizer_);
     send_json(res, json{{"prompt", render_chat(std::get<ApiRequest>(parsed))
                                        .render(spelling.bos_token, spelling.eos_token)}});
   });
-  http_->Get("/v1/models",
-             [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
+  get("/v1/models",
+      [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
   // The chat page (web/chat.html, compiled in): served without the API key, which it asks for.
-  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+  get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("Content-Security-Policy",
                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
                    "connect-src 'self'");
     res.set_content(kChatPageHtml, "text/html; charset=utf-8");
   });
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_.load()) {
       res.status = 503;
       res.set_content(R"({"status":"shutting down"})", "application/json");
@@ -282,15 +196,13 @@ void HttpServer::route() {
       res.set_content(R"({"status":"ok"})", "application/json");
     }
   });
-  http_->Get("/metrics",
-             [this](const httplib::Request&, httplib::Response& res) { handle_metrics(res); });
-  http_->Get(
-      R"(/trace/([A-Za-z0-9-]+))",
+  get("/metrics", [this](const httplib::Request&, httplib::Response& res) { handle_metrics(res); });
+  get(R"(/trace/([A-Za-z0-9-]+))",
       [this](const httplib::Request& req, httplib::Response& res) { handle_trace_page(req, res); });
   // Unmatched routes, 413 for oversized bodies, etc.: OpenAI-style JSON instead of httplib's
   // empty bodies. Handlers' own error responses already have a body and pass through.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+    if (RequestGuard::answer_refusal(res) || !res.body.empty()) return;
     ErrorResponse e = to_openai_error(transport_error(req, res.status));
     e.status = res.status;  // httplib chose it (413, 405, ...) before any handler ran
     send(res, e);
@@ -309,6 +221,7 @@ void HttpServer::route() {
         send_error(res, Error(ErrorKind::Internal, what));
       });
   http_->set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    RequestGuard::end_of_request();
     count_response(res.status);
   });
 }

@@ -36,6 +36,7 @@ namespace ember::server {
 struct Relay;
 struct Choice;
 class GuardedHttpServer;
+class RequestGuard;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -89,12 +90,6 @@ class HttpServer {
   friend struct ActiveRequest;
 
   void route();
-  // Whether the request carries the API key (always true without one, and for /health).
-  bool authorized(const httplib::Request& req) const;
-  // Why a request to a loopback-bound server is refused (its Host or Origin is not loopback), or
-  // "" to serve it.
-  std::string refused_origin(const httplib::Request& req) const;
-  bool cors_allows(const std::string& origin) const;
   // A generation request end to end; every refusal or failure on the way is an ember::Error
   // that becomes one OpenAI-style error response.
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
@@ -129,6 +124,7 @@ class HttpServer {
   ToolCallFormat tool_format_;  // how this model writes tool calls (from its template)
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<RequestGuard> guard_;   // API key, Host/Origin, CORS (request_guard.h)
   GuardedHttpServer* guarded_ = nullptr;  // http_ for plain HTTP (null with TLS)
   std::unique_ptr<TraceStore> traces_;    // with allow_trace
   size_t max_piece_bytes_ = 1;  // longest token's bytes: bounds tokens-per-byte for a quick check

@@ -21,7 +21,7 @@ TEST(ServerErrorResponse, EveryKindMapsToItsStatusAndType) {
       {ErrorKind::NotFound, 404, "invalid_request_error"},
       {ErrorKind::InvalidFile, 500, "server_error"},
       {ErrorKind::Unsupported, 400, "invalid_request_error"},
-      {ErrorKind::ResourceExhausted, 429, "rate_limit_error"},
+      {ErrorKind::ResourceExhausted, 503, "server_error"},
       {ErrorKind::Unavailable, 503, "server_error"},
       {ErrorKind::Internal, 500, "server_error"},
   };
@@ -58,7 +58,7 @@ TEST(ServerErrorResponse, FieldBecomesParamAndReasonBecomesCode) {
   EXPECT_EQ(r.body["error"]["code"], "context_length_exceeded");
 
   r = to_openai_error(Error(ErrorKind::ResourceExhausted, "wait").with_reason("queue_full"));
-  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.status, 503);
   EXPECT_TRUE(r.body["error"]["param"].is_null());
   EXPECT_EQ(r.body["error"]["code"], "queue_full");
 }
