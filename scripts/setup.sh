@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev libssl-dev
   python3-numpy python3-jinja2 python3-jsonschema openssl chromium
   clang libclang-rt-14-dev
 )

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -27,17 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string stories_model() {
   return test::fixture("models/stories260K/stories260K.gguf").string();
-}
-
-int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-  if (fd >= 0) ::close(fd);
-  return -1;
 }
 
 bool send_all(int fd, const std::string& data) {
@@ -73,7 +63,7 @@ std::string completion_request(const json& body, bool close = true) {
 // One exchange on a fresh connection: the whole answer and how long it took.
 std::pair<std::string, double> timed_exchange(int port, const std::string& request) {
   const auto start = Clock::now();
-  const int fd = connect_to(port);
+  const int fd = test::connect_loopback(port);
   if (fd < 0) return {"", -1};
   send_all(fd, request);
   std::string answer = read_until_closed(fd, 10s);
@@ -93,7 +83,7 @@ TEST(ServerHardening, SlowHeaderConnectionsNeitherStarveTheServerNorStayOpen) {
   constexpr int kSlow = 200;
   std::vector<int> slow;
   for (int i = 0; i < kSlow; ++i) {
-    const int fd = connect_to(server.port());
+    const int fd = test::connect_loopback(server.port());
     ASSERT_GE(fd, 0) << "connection " << i;
     send_all(fd, "GET /health HTTP/1.1\r\nX-Slow: ");
     slow.push_back(fd);
@@ -136,7 +126,7 @@ TEST(ServerHardening, ConnectionsOverTheCapGet503WithRetryAfter) {
                              " --max-seqs 2 --max-connections 4");
   ASSERT_TRUE(server.ready()) << server.startup_error();
   std::vector<int> idle;
-  for (int i = 0; i < 4; ++i) idle.push_back(connect_to(server.port()));
+  for (int i = 0; i < 4; ++i) idle.push_back(test::connect_loopback(server.port()));
   std::this_thread::sleep_for(300ms);  // each is taken by a worker
   const auto [refused, seconds] = timed_exchange(server.port(), kHealth);
   EXPECT_EQ(refused.rfind("HTTP/1.1 503", 0), 0u) << refused;
@@ -165,7 +155,7 @@ TEST(ServerHardening, EndlessHeadersAreRefusedAndTheConnectionClosed) {
   test::ServerProcess server("-m " + test::shell_quote(stories_model()) +
                              " --max-header-bytes 16KiB");
   ASSERT_TRUE(server.ready()) << server.startup_error();
-  const int fd = connect_to(server.port());
+  const int fd = test::connect_loopback(server.port());
   ASSERT_GE(fd, 0);
   std::string request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   for (int i = 0; i < 1000; ++i) request += "X-Filler-" + std::to_string(i) + ": 0123456789\r\n";
@@ -199,7 +189,7 @@ TEST(ServerHardening, ARefusedRequestsBodyIsNeverRunAsTheNextRequest) {
       std::snprintf(size, sizeof size, "%zx\r\n", inner.size());
       body = size + inner + "\r\n0\r\n\r\n";
     }
-    const int fd = connect_to(server.port());
+    const int fd = test::connect_loopback(server.port());
     ASSERT_GE(fd, 0);
     send_all(fd,
              "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
@@ -210,7 +200,7 @@ TEST(ServerHardening, ARefusedRequestsBodyIsNeverRunAsTheNextRequest) {
     EXPECT_EQ(answer.rfind("HTTP/1.1 403", 0), 0u) << answer.substr(0, 200);
     EXPECT_EQ(answer.find("HTTP/1.1", 1), std::string::npos) << "a second answer:\n" << answer;
   }
-  const int fd = connect_to(server.port());
+  const int fd = test::connect_loopback(server.port());
   ASSERT_GE(fd, 0);
   send_all(fd,
            "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -227,6 +217,24 @@ TEST(ServerHardening, ARefusedRequestsBodyIsNeverRunAsTheNextRequest) {
   EXPECT_EQ(metrics.at("ember_http_responses_total{code=\"403\"}"), 2);
 }
 
+// An idle keep-alive connection (its request answered, the client still there) held a SIGTERM'd
+// server for the whole keep-alive idle time (10 s); now the wait for its next request sees the
+// shutdown within 100 ms.
+TEST(ServerHardening, AnIdleKeepAliveConnectionDoesNotHoldTheShutdown) {
+  EMBER_REQUIRE_FIXTURE(stories_model());
+  test::ServerProcess server("-m " + test::shell_quote(stories_model()) + " -t 2");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  const int fd = test::connect_loopback(server.port());
+  ASSERT_GE(fd, 0);
+  send_all(fd, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  char buf[512];
+  ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
+  const auto start = Clock::now();
+  EXPECT_EQ(server.stop(SIGTERM, 8s), 0);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  ::close(fd);
+}
+
 // A client that leaves while its whole (non-streamed) answer is being generated cancels it: its
 // KV blocks return and the engine stops generating for it.
 // (The SmolLM2-shaped dummy on one thread: slow enough that the 2,000 tokens are far from done
@@ -238,7 +246,7 @@ TEST(ServerHardening, NonStreamingClientDisconnectCancelsAndFreesBlocks) {
                              " --dummy -t 1 --max-seqs 2");
   ASSERT_TRUE(server.ready()) << server.startup_error();
   const auto before = test::server_metrics(server.port());
-  const int fd = connect_to(server.port());
+  const int fd = test::connect_loopback(server.port());
   ASSERT_GE(fd, 0);
   send_all(fd, completion_request(
                    {{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}},
@@ -346,7 +354,7 @@ TEST(ServerHardening, MixedAbusiveLoadLeavesTheServerWhole) {
             continue;
           }
           if (k % 10 == 1) {  // leaves mid-stream
-            const int fd = connect_to(port);
+            const int fd = test::connect_loopback(port);
             send_all(fd, completion_request(json{{"prompt", "Once upon a time"},
                                                  {"max_tokens", 400},
                                                  {"ignore_eos", true},

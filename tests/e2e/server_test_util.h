@@ -45,6 +45,9 @@ struct HttpResult {
   std::string body;
 };
 
+// A TCP connection to 127.0.0.1:port (blocking socket), or -1.
+int connect_loopback(int port);
+
 HttpResult http_get(int port, const std::string& path);
 // Installs the npm `package` into `dir` (the build tree's node project) once; returns "" or why
 // it could not (no node/npm, offline), for a GTEST_SKIP.

@@ -1,6 +1,18 @@
 // `ember serve --ssl-cert/--ssl-key`: HTTPS with a certificate made here by the openssl CLI;
-// plain HTTP to the TLS port gets nothing; a key that does not match is one startup error.
+// plain HTTP to the TLS port gets nothing; a key that does not match is one startup error. TLS
+// connections keep the plain ones' bounds: a handshake or headers that do not come in time cut
+// the connection, and connections over the cap are closed at once.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "e2e/server_test_util.h"
 #include "test_util.h"
@@ -9,22 +21,27 @@ namespace ember {
 namespace {
 
 using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A certificate and key made by the openssl CLI in `dir` as NAME-cert.pem / NAME-key.pem; false
+// (with the CLI's output in `out`) when it could not.
+bool make_cert(const std::filesystem::path& dir, const std::string& name, std::string* out) {
+  return test::run_shell(
+             "cd " + test::shell_quote(dir.string()) +
+                 " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost"
+                 " -addext subjectAltName=IP:127.0.0.1 -keyout " +
+                 name + "-key.pem -out " + name + "-cert.pem 2>&1",
+             out) == 0;
+}
 
 TEST(ServerTls, ServesHttpsWithTheGivenCertificate) {
   const auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
   const auto dir = test::scratch_dir("tls");
   std::string out;
-  auto make_cert = [&](const std::string& name) {
-    return test::run_shell(
-        "cd " + test::shell_quote(dir.string()) +
-            " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost"
-            " -addext subjectAltName=IP:127.0.0.1 -keyout " +
-            name + "-key.pem -out " + name + "-cert.pem 2>&1",
-        &out);
-  };
-  if (make_cert("a") != 0) GTEST_SKIP() << "the openssl CLI could not make a certificate: " << out;
-  ASSERT_EQ(make_cert("b"), 0) << out;
+  if (!make_cert(dir, "a", &out))
+    GTEST_SKIP() << "the openssl CLI could not make a certificate: " << out;
+  ASSERT_TRUE(make_cert(dir, "b", &out)) << out;
   const std::string cert = (dir / "a-cert.pem").string(), key = (dir / "a-key.pem").string();
   test::ServerProcess server("-m " + test::shell_quote(model.string()) + " -t 2 --ssl-cert " +
                              test::shell_quote(cert) + " --ssl-key " + test::shell_quote(key));
@@ -63,6 +80,80 @@ TEST(ServerTls, ServesHttpsWithTheGivenCertificate) {
                            test::shell_quote(cert));
   EXPECT_FALSE(half.ready());
   EXPECT_NE(half.log().find("both --ssl-cert and --ssl-key"), std::string::npos) << half.log();
+}
+
+// Seconds until the server closes a TLS connection that completed its handshake and then sent
+// `head` (an unfinished request) and nothing more; -1 when the handshake failed.
+double seconds_until_closed_after(int port, const std::string& head) {
+  const int fd = test::connect_loopback(port);
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  double seconds = -1;
+  if (fd >= 0 && SSL_connect(ssl) == 1) {
+    SSL_write(ssl, head.data(), static_cast<int>(head.size()));
+    const auto start = Clock::now();
+    char buf[256];
+    while (SSL_read(ssl, buf, sizeof buf) > 0) {
+    }
+    seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  if (fd >= 0) ::close(fd);
+  return seconds;
+}
+
+TEST(ServerTls, ConnectionsKeepTheDeadlinesAndTheCap) {
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const auto dir = test::scratch_dir("tls-bounds");
+  std::string out;
+  if (!make_cert(dir, "c", &out))
+    GTEST_SKIP() << "the openssl CLI could not make a certificate: " << out;
+  const std::string cert = (dir / "c-cert.pem").string();
+  test::ServerProcess server("-m " + test::shell_quote(model.string()) +
+                             " -t 2 --max-seqs 2 --max-connections 3 --header-timeout 2"
+                             " --ssl-cert " +
+                             test::shell_quote(cert) + " --ssl-key " +
+                             test::shell_quote((dir / "c-key.pem").string()));
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  const std::string health = "curl -s -f --max-time 5 --cacert " + test::shell_quote(cert) +
+                             " https://127.0.0.1:" + std::to_string(server.port()) + "/health";
+  // Headers a byte short of their end: cut at the header deadline, not held.
+  const double cut_after =
+      seconds_until_closed_after(server.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+  EXPECT_GE(cut_after, 1.0);
+  EXPECT_LT(cut_after, 5.0);
+  // Three connections that never start their handshake fill the cap: a fourth is closed at
+  // once; once the handshake deadline has cut them, the server answers again.
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(test::connect_loopback(server.port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_NE(test::run_shell(health, &out), 0) << "over the cap: " << out;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(test::run_shell(health, &out), 0) << out;
+  for (int fd : idle) ::close(fd);
+  const auto metrics = test::parse_metrics([&] {
+    std::string text;
+    test::run_shell("curl -s --cacert " + test::shell_quote(cert) +
+                        " https://127.0.0.1:" + std::to_string(server.port()) + "/metrics",
+                    &text);
+    return text;
+  }());
+  EXPECT_GE(metrics.at("ember_http_connections_cut_total"), 4);
+  EXPECT_GE(metrics.at("ember_http_connections_refused_total"), 1);
+  // Streaming over TLS: every event arrives, then [DONE].
+  ASSERT_EQ(test::run_shell("curl -s -N --cacert " + test::shell_quote(cert) +
+                                " -H 'Content-Type: application/json' -d '{\"prompt\": \"Once\", "
+                                "\"max_tokens\": 6, \"stream\": true}' https://127.0.0.1:" +
+                                std::to_string(server.port()) + "/v1/completions",
+                            &out),
+            0)
+      << out;
+  const auto events = test::sse_events(out);
+  ASSERT_FALSE(events.empty()) << out;
+  EXPECT_EQ(events.back(), "[DONE]") << out;
 }
 
 }  // namespace

@@ -55,19 +55,32 @@ void address_of(socket_t sock, bool peer, std::string& ip, int& port) {
   port = std::atoi(serv);
 }
 
-// One connection's socket as httplib reads and writes it, with the request's phase deadlines.
+// One connection's socket (through `tls` when not null) as httplib reads and writes it, with the
+// request's phase deadlines.
 class ConnectionStream : public httplib::Stream {
  public:
-  ConnectionStream(socket_t sock, const ConnectionLimits& limits, Clock::duration read_timeout,
-                   Clock::duration write_timeout)
-      : sock_(sock), limits_(limits), read_timeout_(read_timeout), write_timeout_(write_timeout) {}
+  ConnectionStream(socket_t sock, TlsSession* tls, const ConnectionLimits& limits,
+                   Clock::duration read_timeout, Clock::duration write_timeout)
+      : sock_(sock),
+        tls_(tls),
+        limits_(limits),
+        read_timeout_(read_timeout),
+        write_timeout_(write_timeout) {}
 
-  // Waits up to the keep-alive idle time for a request's first byte; false when none came.
-  bool wait_for_request() {
-    if (buffered() > 0) return true;
-    return poll_for(sock_, POLLIN,
-                    millis_until(Clock::now() + seconds(limits_.keep_alive_idle_seconds),
-                                 seconds(limits_.keep_alive_idle_seconds)));
+  // Waits up to the keep-alive idle time for a request's first byte; false when none came or
+  // `stopping()` turned true (looked at every 100 ms, so that an idle connection does not hold a
+  // server that is shutting down for the whole idle time).
+  template <typename Stopping>
+  bool wait_for_request(Stopping stopping) {
+    if (buffered() > 0 || (tls_ != nullptr && tls_->pending())) return true;
+    const auto deadline = Clock::now() + seconds(limits_.keep_alive_idle_seconds);
+    while (!stopping()) {
+      if (poll_for(sock_, POLLIN, millis_until(deadline, std::chrono::milliseconds(100)))) {
+        return true;
+      }
+      if (Clock::now() >= deadline) return false;
+    }
+    return false;
   }
   // A request starts: its headers are due within header_timeout and max_header_bytes.
   void start_request() {
@@ -97,7 +110,8 @@ class ConnectionStream : public httplib::Stream {
   bool cut() const { return cut_; }
 
   bool is_readable() const override {
-    return buffered() > 0 || poll_for(sock_, POLLIN, millis_until(deadline_, read_timeout_));
+    return buffered() > 0 || (tls_ != nullptr && tls_->pending()) ||
+           poll_for(sock_, POLLIN, millis_until(deadline_, read_timeout_));
   }
   bool is_writable() const override {
     return poll_for(
@@ -108,14 +122,7 @@ class ConnectionStream : public httplib::Stream {
 
   ssize_t read(char* ptr, size_t size) override {
     if (buffered() == 0) {
-      if (Clock::now() >= deadline_ || !is_readable()) {
-        if (Clock::now() >= deadline_) cut_ = true;
-        return -1;
-      }
-      ssize_t n;
-      do {
-        n = ::recv(sock_, buffer_, sizeof buffer_, 0);
-      } while (n < 0 && errno == EINTR);
+      const ssize_t n = fill();
       if (n <= 0) return n;
       begin_ = 0;
       end_ = static_cast<size_t>(n);
@@ -135,6 +142,7 @@ class ConnectionStream : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
+    if (tls_ != nullptr) return tls_->write(ptr, size, Clock::now() + write_timeout_);
     if (!is_writable()) return -1;
     ssize_t n;
     do {
@@ -154,7 +162,32 @@ class ConnectionStream : public httplib::Stream {
  private:
   size_t buffered() const { return end_ - begin_; }
 
+  // Reads the next bytes from the socket into buffer_ within the phase's deadline (and the
+  // per-read timeout); past the deadline the connection is cut.
+  ssize_t fill() {
+    if (Clock::now() >= deadline_) {
+      cut_ = true;
+      return -1;
+    }
+    if (tls_ != nullptr) {
+      const long n =
+          tls_->read(buffer_, sizeof buffer_, std::min(deadline_, Clock::now() + read_timeout_));
+      if (n < 0 && Clock::now() >= deadline_) cut_ = true;
+      return n;
+    }
+    if (!is_readable()) {
+      if (Clock::now() >= deadline_) cut_ = true;
+      return -1;
+    }
+    ssize_t n;
+    do {
+      n = ::recv(sock_, buffer_, sizeof buffer_, 0);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  }
+
   socket_t sock_;
+  TlsSession* tls_;
   const ConnectionLimits& limits_;
   Clock::duration read_timeout_, write_timeout_;
   Clock::time_point deadline_ = Clock::time_point::max();
@@ -182,7 +215,11 @@ void refuse(socket_t sock) {
 
 }  // namespace
 
-GuardedHttpServer::GuardedHttpServer(const ConnectionLimits& limits) : limits_(limits) {}
+GuardedHttpServer::GuardedHttpServer(const ConnectionLimits& limits,
+                                     std::unique_ptr<TlsContext> tls)
+    : limits_(limits), tls_(std::move(tls)) {}
+
+GuardedHttpServer::~GuardedHttpServer() = default;
 
 void GuardedHttpServer::raise_backlog() {
   const socket_t fd = svr_sock_;
@@ -193,28 +230,40 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   bool ok = true;
   if (open_.fetch_add(1) >= limits_.max_connections) {
     ++refused_;
-    refuse(sock);
+    if (!tls_) refuse(sock);  // (over TLS a refusal would cost a handshake: closed at once)
+  } else if (!tls_) {
+    ok = serve_requests(sock, nullptr);
   } else {
-    ConnectionStream stream(
-        sock, limits_,
-        std::chrono::seconds(read_timeout_sec_) + std::chrono::microseconds(read_timeout_usec_),
-        std::chrono::seconds(write_timeout_sec_) + std::chrono::microseconds(write_timeout_usec_));
-    t_connection = sock;
-    for (size_t left = limits_.keep_alive_requests; left > 0 && svr_sock_ != INVALID_SOCKET;
-         --left) {
-      if (!stream.wait_for_request()) break;
-      stream.start_request();
-      bool closed = false;
-      ok = process_request(stream, left == 1, closed,
-                           [&stream](httplib::Request& req) { stream.headers_done(req); });
-      if (stream.cut()) ++cut_;
-      if (!ok || closed || stream.cut() || stream.body_left_unread()) break;
+    TlsSession session(*tls_, sock);
+    if (session.handshake(Clock::now() + seconds(limits_.header_timeout_seconds))) {
+      ok = serve_requests(sock, &session);
+    } else if (session.timed_out()) {
+      ++cut_;
     }
-    t_connection = INVALID_SOCKET;
   }
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
   --open_;
+  return ok;
+}
+
+bool GuardedHttpServer::serve_requests(socket_t sock, TlsSession* tls) {
+  bool ok = true;
+  ConnectionStream stream(
+      sock, tls, limits_,
+      std::chrono::seconds(read_timeout_sec_) + std::chrono::microseconds(read_timeout_usec_),
+      std::chrono::seconds(write_timeout_sec_) + std::chrono::microseconds(write_timeout_usec_));
+  t_connection = sock;
+  for (size_t left = limits_.keep_alive_requests; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
+    if (!stream.wait_for_request([this] { return svr_sock_ == INVALID_SOCKET; })) break;
+    stream.start_request();
+    bool closed = false;
+    ok = process_request(stream, left == 1, closed,
+                         [&stream](httplib::Request& req) { stream.headers_done(req); });
+    if (stream.cut()) ++cut_;
+    if (!ok || closed || stream.cut() || stream.body_left_unread()) break;
+  }
+  t_connection = INVALID_SOCKET;
   return ok;
 }
 

@@ -16,8 +16,10 @@
 // closed after a request answered without reading all of its body (a CORS preflight, anything
 // refused from its headers): those bytes are never parsed as the next request.
 //
-// TLS (--ssl-cert) keeps httplib's SSLServer and its own connection handling (its reads are
-// private to it): these limits apply to plain HTTP; put TLS in front for an exposed server.
+// With --ssl-cert/--ssl-key the same loop runs over TLS (tls_session.h: OpenSSL on the socket,
+// non-blocking): the handshake is due within header_timeout, and every read keeps the phase's
+// deadline. A TLS connection over the cap is closed without an answer (a 503 would need a
+// handshake first).
 #pragma once
 
 #include <httplib.h>
@@ -25,14 +27,18 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "ember/server/connection_limits.h"
+#include "ember/server/tls_session.h"
 
 namespace ember::server {
 
 class GuardedHttpServer : public httplib::Server {
  public:
-  explicit GuardedHttpServer(const ConnectionLimits& limits);
+  // `tls` null: plain HTTP.
+  GuardedHttpServer(const ConnectionLimits& limits, std::unique_ptr<TlsContext> tls);
+  ~GuardedHttpServer() override;
 
   // httplib listens with a backlog of 5: a burst of clients (32 streams at once) overflows it and
   // the kernel drops SYNs, costing the unlucky ones a 1 s retransmit. Linux lets listen() be
@@ -45,8 +51,11 @@ class GuardedHttpServer : public httplib::Server {
 
  private:
   bool process_and_close_socket(socket_t sock) override;
+  // The keep-alive loop of one connection (through `tls` when not null).
+  bool serve_requests(socket_t sock, TlsSession* tls);
 
   ConnectionLimits limits_;
+  std::unique_ptr<TlsContext> tls_;
   std::atomic<int64_t> open_{0};
   std::atomic<int64_t> refused_{0};
   std::atomic<int64_t> cut_{0};

@@ -27,29 +27,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// TLS (--ssl-cert/--ssl-key, OpenSSL through cpp-httplib's SSLServer) keeps httplib's own
-// connection handling; GuardedHttpServer::raise_backlog's reason applies to it too.
-class TlsServer : public httplib::SSLServer {
- public:
-  using httplib::SSLServer::SSLServer;
-  void raise_backlog() {
-    const socket_t fd = svr_sock_;
-    if (fd != INVALID_SOCKET) ::listen(fd, SOMAXCONN);
-  }
-};
-
+// Plain HTTP or, with --ssl-cert/--ssl-key, HTTPS: the same guarded connection handling.
 std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& o) {
   if (o.ssl_cert.empty() != o.ssl_key.empty()) {
     throw Error(ErrorKind::InvalidArgument, "TLS needs both --ssl-cert and --ssl-key");
   }
-  if (o.ssl_cert.empty()) return std::make_unique<GuardedHttpServer>(o.connections);
-  auto tls = std::make_unique<TlsServer>(o.ssl_cert.c_str(), o.ssl_key.c_str());
-  if (!tls->is_valid()) {
-    throw Error(ErrorKind::InvalidArgument,
-                "cannot load the TLS certificate '" + o.ssl_cert + "' and key '" + o.ssl_key +
-                    "' (PEM files; the key must match the certificate)");
-  }
-  return tls;
+  std::unique_ptr<TlsContext> tls;
+  if (!o.ssl_cert.empty()) tls = std::make_unique<TlsContext>(o.ssl_cert, o.ssl_key);
+  return std::make_unique<GuardedHttpServer>(o.connections, std::move(tls));
 }
 
 void send(httplib::Response& res, const ErrorResponse& e) {
@@ -114,8 +99,6 @@ HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemp
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };
   http_->set_payload_max_length(options_.max_body_bytes);
-  // TLS connections (httplib's own handling): the wait for a new connection's first request.
-  http_->set_keep_alive_timeout(10);
   guarded_ = dynamic_cast<GuardedHttpServer*>(http_.get());
   if (options_.allow_trace) {
     const LLMEngine& engine = engine_.engine();
@@ -291,7 +274,7 @@ void HttpServer::handle_metrics(httplib::Response& res) const {
     }
   }
   if (guarded_) {
-    text += "# HELP ember_http_connections_open Client connections open (plain HTTP)\n";
+    text += "# HELP ember_http_connections_open Client connections open\n";
     text += "# TYPE ember_http_connections_open gauge\n";
     text += "ember_http_connections_open " + std::to_string(guarded_->open_connections()) + "\n";
     text +=
@@ -472,11 +455,7 @@ int HttpServer::bind() {
     throw Error("cannot bind " + options_.host + ":" + std::to_string(port) +
                 " (address in use or not available)");
   }
-  if (guarded_) {
-    guarded_->raise_backlog();
-  } else {
-    static_cast<TlsServer&>(*http_).raise_backlog();
-  }
+  guarded_->raise_backlog();
   return port;
 }
 

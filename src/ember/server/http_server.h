@@ -59,7 +59,7 @@ struct ServerOptions {
   // off: such a request is refused (400). The machine's ceilings for the traces' rooflines.
   bool allow_trace = false;
   TraceMachine trace_machine;
-  // Plain HTTP: the connection cap, header/body deadlines and limits (guarded_http_server.h).
+  // The connection cap, header/body deadlines and limits, plain or TLS (guarded_http_server.h).
   ConnectionLimits connections;
 };
 
@@ -125,7 +125,7 @@ class HttpServer {
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<RequestGuard> guard_;   // API key, Host/Origin, CORS (request_guard.h)
-  GuardedHttpServer* guarded_ = nullptr;  // http_ for plain HTTP (null with TLS)
+  GuardedHttpServer* guarded_ = nullptr;  // http_, as what it is
   std::unique_ptr<TraceStore> traces_;    // with allow_trace
   size_t max_piece_bytes_ = 1;  // longest token's bytes: bounds tokens-per-byte for a quick check
   int64_t created_ = 0;
