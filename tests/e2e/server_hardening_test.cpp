@@ -195,7 +195,7 @@ TEST(ServerHardening, ARefusedRequestsBodyIsNeverRunAsTheNextRequest) {
              "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
              "Content-Type: text/plain\r\n" +
                  framing + "\r\n" + body);
-    const std::string answer = read_until_closed(fd, 3s);
+    const std::string answer = read_until_closed(fd, 1500ms);
     ::close(fd);
     EXPECT_EQ(answer.rfind("HTTP/1.1 403", 0), 0u) << answer.substr(0, 200);
     EXPECT_EQ(answer.find("HTTP/1.1", 1), std::string::npos) << "a second answer:\n" << answer;
@@ -233,6 +233,40 @@ TEST(ServerHardening, AnIdleKeepAliveConnectionDoesNotHoldTheShutdown) {
   EXPECT_EQ(server.stop(SIGTERM, 8s), 0);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
   ::close(fd);
+}
+
+// SIGTERM drains for --drain-timeout, then cancels what still runs: the server exits 0 about
+// then (a 10 s timeout once took 20 s), and the stream that was cut short is ended, not left open.
+TEST(ServerHardening, DrainTimeoutCancelsWhatStillRunsAndExitsOnTime) {
+  const auto model = test::fixture("models/smollm2-135m-instruct");
+  EMBER_REQUIRE_FIXTURE(model / "config.json");
+  test::ServerProcess server("-m " + test::shell_quote(model.string()) +
+                             " --dummy -t 1 --max-seqs 2 --drain-timeout 2");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  const int fd = test::connect_loopback(server.port());
+  ASSERT_GE(fd, 0);
+  send_all(fd, completion_request({{"prompt", "Once upon a time"},
+                                   {"max_tokens", 2000},
+                                   {"ignore_eos", true},
+                                   {"stream", true}}));
+  const auto deadline = Clock::now() + 20s;
+  while (Clock::now() < deadline &&
+         test::server_metrics(server.port())["ember_sequences_running"] < 1) {
+    std::this_thread::sleep_for(10ms);
+  }
+  const auto start = Clock::now();
+  EXPECT_EQ(server.stop(SIGTERM, 15s), 0) << server.log();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_GE(seconds, 1.5);
+  EXPECT_LT(seconds, 5.0);
+  bool closed = false;
+  const std::string answer = read_until_closed(fd, 5s, &closed);
+  ::close(fd);
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer.substr(0, 200);
+  EXPECT_NE(answer.find("data: "), std::string::npos);
+  EXPECT_EQ(answer.find("\"finish_reason\":\"length\""), std::string::npos)
+      << "2,000 tokens cannot have finished in the drain's 2 s on one thread";
 }
 
 // A client that leaves while its whole (non-streamed) answer is being generated cancels it: its
