@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "test_util.h"
 
@@ -127,14 +129,20 @@ TEST(CliInspect, MixtureOfExpertsActiveParameters) {
 namespace ember {
 namespace {
 
-// `inspect --plan` on a directory holding only config.json (a model not downloaded): Llama-3-70B's
-// shape at 32K tokens in f16 needs 10.7 GB of KV, 85.9 GB without grouped KV.
-TEST(CliInspect, PlanForAModelNotDownloaded) {
-  const auto dir = test::scratch_dir("inspect-plan");
+// A scratch directory holding only the config.json of Llama-3-70B's shape.
+std::filesystem::path seventy_b_config(const std::string& name) {
+  const auto dir = test::scratch_dir(name);
   std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"],
       "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
       "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
       "max_position_embeddings": 131072, "torch_dtype": "bfloat16"})";
+  return dir;
+}
+
+// `inspect --plan` on a directory holding only config.json (a model not downloaded): Llama-3-70B's
+// shape at 32K tokens in f16 needs 10.7 GB of KV, 85.9 GB without grouped KV.
+TEST(CliInspect, PlanForAModelNotDownloaded) {
+  const auto dir = seventy_b_config("inspect-plan");
   auto r = test::run_ember("inspect " + test::shell_quote(dir.string()) +
                            " --plan --ctx 32768 --batch 2 --mem 192GiB --no-probe --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -150,6 +158,49 @@ TEST(CliInspect, PlanForAModelNotDownloaded) {
   r = test::run_ember("inspect " + test::shell_quote(dir.string()) + " --plan --mem 12XB");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("invalid size '12XB'"), std::string::npos) << r.err;
+}
+
+// The same model split over 8 tensor ranks in 2 stages (`--tp 4 --pp 2`) of hosts reading at
+// 200 GB/s over a 25 GB/s, 5 us link: per rank a quarter of each stage's 40 layers and an eighth
+// of the KV; the planner's decode prediction; shapes that do not split are one error each.
+TEST(CliInspect, ParallelPlanPerRank) {
+  const auto dir = seventy_b_config("inspect-parallel-plan");
+  const std::string base = "inspect " + test::shell_quote(dir.string()) +
+                           " --plan --ctx 32768 --batch 8 --mem 64GiB --bandwidth 200GB/s";
+  auto r = test::run_ember(base + " --tp 4 --pp 2 --link 25GB/s,5us --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto plan = nlohmann::json::parse(r.out)["plan"];
+  const auto parallel = plan["parallel"];
+  ASSERT_EQ(parallel["stages"].size(), 2u);
+  EXPECT_EQ(parallel["kv_heads_per_rank"], 2);
+  EXPECT_EQ(parallel["stages"][1]["first_layer"], 40);
+  // 10.7 GB of KV per sequence over 4 ranks x 2 stages.
+  EXPECT_DOUBLE_EQ(parallel["stages"][0]["kv_bytes_per_sequence_per_rank"].get<double>(),
+                   10'737'418'240.0 / 8);
+  EXPECT_EQ(parallel["all_reduces_per_step"], 160);
+  const double per_rank = parallel["stages"][0]["weight_bytes_per_rank"].get<double>();
+  EXPECT_GT(per_rank, 141e9 / 8 * 0.98);
+  EXPECT_LT(per_rank, 141e9 / 8 * 1.05);
+  // Batch 1 crosses both stages in turn, each rank of a stage reading its ~17.6 GB at 200 GB/s.
+  const double tps = parallel["decode_tokens_per_s_batch1"].get<double>();
+  EXPECT_GT(tps, 0.8 * 200e9 / (2 * per_rank));
+  EXPECT_LT(tps, 200e9 / (2 * per_rank));
+  EXPECT_EQ(plan["bandwidth_gb_per_s"], 200.0);
+  r = test::run_ember(base + " --tp 4 --pp 2");
+  EXPECT_NE(r.out.find("parallel plan (tp 4 x pp 2 = 8 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV heads per rank    2 of 8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("200.0 GB/s given (--bandwidth)"), std::string::npos) << r.out;
+  for (const auto& [flags, why] : std::vector<std::pair<std::string, std::string>>{
+           {" --tp 3", "--tp 3 does not divide the 64 attention heads"},
+           {" --pp 81", "--pp 81 is more stages than the 80 layers"},
+           {" --tp 2 --link 25GB/s", "expected BANDWIDTH,LATENCY like 25GB/s,5us"}}) {
+    r = test::run_ember(base + flags);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.err.find(why), std::string::npos) << flags << ": " << r.err;
+  }
+  r = test::run_ember("inspect " + test::shell_quote(dir.string()) + " --tp 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("add --plan"), std::string::npos) << r.err;
 }
 
 }  // namespace

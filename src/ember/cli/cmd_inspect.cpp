@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "ember/cli/commands.h"
+#include "ember/cli/inspect_parallel_plan.h"
 #include "ember/cli/inspect_plan.h"
 #include "ember/core/error.h"
 #include "ember/formats/gguf.h"
@@ -31,6 +32,7 @@ struct InspectOptions {
   bool json = false;
   bool metadata = false;
   PlanOptions plan;
+  ParallelOptions parallel;
 };
 
 struct TensorRow {
@@ -310,22 +312,86 @@ int64_t decode_weight_bytes(const std::vector<TensorRow>& rows, const Totals& t,
                               (c.tie_word_embeddings ? largest_embedding : 0));
 }
 
+// The parallel plan's input: the capacity plan's (memory and bandwidth are per rank), the bytes
+// of each part of the model as the tensors list them, and --tp/--pp/--link/--bandwidth.
+ParallelPlanInput parallel_input(const CapacityPlanInput& base, const ModelConfig& c,
+                                 const std::vector<TensorRow>& rows, const ParallelOptions& o) {
+  ParallelPlanInput in;
+  in.model = base;
+  in.d_model = c.d_model;
+  in.d_ffn = c.is_moe() ? c.d_expert_ffn : c.d_ffn;
+  in.vocab = c.vocab_size;
+  in.tied_embeddings = c.tie_word_embeddings;
+  uint64_t embeddings = 0, token_table = 0;
+  for (const TensorRow& r : rows) {
+    const auto bytes = static_cast<int64_t>(r.nbytes);
+    switch (r.component) {
+      case TensorComponent::Attention:
+      case TensorComponent::Mlp:
+        in.layer_bytes += bytes;
+        break;
+      case TensorComponent::Norm:
+        in.layer_norm_bytes += bytes;
+        break;
+      case TensorComponent::LmHead:
+        in.lm_head_bytes += bytes;
+        break;
+      case TensorComponent::Embedding:
+        embeddings += r.nbytes;
+        token_table = std::max(token_table, r.nbytes);
+        break;
+      case TensorComponent::Other:
+        in.other_bytes += bytes;
+        break;
+    }
+  }
+  in.embed_bytes = static_cast<int64_t>(token_table);
+  in.other_bytes += static_cast<int64_t>(embeddings - token_table);  // GPT-2's positions
+  in.tp = o.tp;
+  in.pp = o.pp;
+  in.link = parse_link(o.link);
+  if (!o.bandwidth.empty())
+    in.model.bandwidth_bytes_per_s = parse_bandwidth(o.bandwidth, "--bandwidth");
+  return in;
+}
+
 int inspect_command(const InspectOptions& o) {
+  if (o.parallel.wanted() && !o.plan.enabled) {
+    throw Error::invalid_request("--tp", "--tp and --pp plan a split model: add --plan");
+  }
   const Checkpoint ckpt = open_headers(o);
   const std::vector<TensorRow> rows = tensor_rows(ckpt, o);
   const Totals totals = compute_totals(rows, ckpt, o);
   std::optional<std::pair<CapacityPlanInput, CapacityPlan>> plan;
+  std::optional<std::pair<ParallelPlanInput, ParallelPlan>> parallel;
   if (o.plan.enabled) {
-    const CapacityPlanInput in =
-        plan_input(ckpt.config, static_cast<int64_t>(totals.tensor_bytes),
-                   decode_weight_bytes(rows, totals, ckpt.config), totals.ctx, o.batch, o.plan);
+    PlanOptions plan_options = o.plan;
+    plan_options.bandwidth_given = !o.parallel.bandwidth.empty();
+    if (plan_options.bandwidth_given) plan_options.probe = false;
+    CapacityPlanInput in = plan_input(ckpt.config, static_cast<int64_t>(totals.tensor_bytes),
+                                      decode_weight_bytes(rows, totals, ckpt.config), totals.ctx,
+                                      o.batch, plan_options);
+    if (o.parallel.wanted()) {
+      const ParallelPlanInput pin = parallel_input(in, ckpt.config, rows, o.parallel);
+      parallel.emplace(pin, plan_parallel(pin));
+      in.bandwidth_bytes_per_s = pin.model.bandwidth_bytes_per_s;
+    } else if (!o.parallel.bandwidth.empty()) {
+      in.bandwidth_bytes_per_s = parse_bandwidth(o.parallel.bandwidth, "--bandwidth");
+    }
     plan.emplace(in, plan_capacity(in));
   }
   if (o.json) {
-    print_json(ckpt, rows, totals, o, plan ? plan_json(plan->first, plan->second) : nullptr);
+    nlohmann::ordered_json plan_j = plan ? plan_json(plan->first, plan->second) : nullptr;
+    if (parallel) plan_j["parallel"] = parallel_plan_json(parallel->first, parallel->second);
+    print_json(ckpt, rows, totals, o, plan_j);
   } else {
     print_text(ckpt, rows, totals, o);
-    if (plan) print_plan_text(plan->first, plan->second, o.plan);
+    if (plan) {
+      PlanOptions shown = o.plan;
+      shown.bandwidth_given = !o.parallel.bandwidth.empty();
+      print_plan_text(plan->first, plan->second, shown);
+    }
+    if (parallel) print_parallel_plan_text(parallel->first, parallel->second);
   }
   return 0;
 }
@@ -368,6 +434,18 @@ Command add_inspect_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-probe{false}", o->plan.probe,
                 "Plan without measuring the read bandwidth (no decode ceiling)");
+  cmd->add_option("--bandwidth", o->parallel.bandwidth,
+                  "Plan for this memory read bandwidth (per rank with --tp/--pp), e.g. 200GB/s, "
+                  "instead of measuring this machine's");
+  cmd->add_option("--tp", o->parallel.tp,
+                  "With --plan: tensor-parallel ranks (heads and FFN rows split over them)")
+      ->capture_default_str();
+  cmd->add_option("--pp", o->parallel.pp,
+                  "With --plan: pipeline stages (consecutive layers on each)")
+      ->capture_default_str();
+  cmd->add_option("--link", o->parallel.link,
+                  "With --tp/--pp: the link between ranks, BANDWIDTH,LATENCY")
+      ->capture_default_str();
   return [o] { return inspect_command(*o); };
 }
 

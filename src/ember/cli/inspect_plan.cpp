@@ -80,7 +80,10 @@ void print_plan_text(const CapacityPlanInput& in, const CapacityPlan& p, const P
                 *p.sequences_that_fit >= in.batch ? "" : " (fewer than the batch)");
   }
   if (p.decode_tokens_per_s_batch1) {
-    if (o.backend == "cpu") {
+    if (o.bandwidth_given) {
+      std::printf("  read bandwidth       %.1f GB/s given (--bandwidth)\n",
+                  *in.bandwidth_bytes_per_s / 1e9);
+    } else if (o.backend == "cpu") {
       std::printf("  read bandwidth       %.1f GB/s measured (%d threads)\n",
                   *in.bandwidth_bytes_per_s / 1e9, ThreadPool::default_thread_count());
     } else {

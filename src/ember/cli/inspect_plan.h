@@ -18,6 +18,7 @@ struct PlanOptions {
   bool probe = true;             // measure the read bandwidth (--no-probe skips it)
   std::string backend = "cpu";   // --backend: cuda plans against the GPU's memory and bandwidth
   int device = 0;                // --device
+  bool bandwidth_given = false;  // --bandwidth: the plan's bandwidth was given, not measured
 };
 
 // The plan's input for `config` (ctx and batch as inspect resolved them); throws ember::Error
