@@ -7,7 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev libssl-dev
   python3-numpy python3-jinja2 python3-jsonschema openssl chromium
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev libopenmpi-dev openmpi-bin
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -531,7 +531,7 @@ int bench_command(const BenchOptions& o) {
   }
   if (o.probe_mb < 1) throw Error(ErrorKind::InvalidArgument, "bench: --probe-mb must be >= 1");
   prefix_tiers(o);  // a bad flag fails before the model loads
-  LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/false));
+  LoadedModel model = o.model.load(/*need_tokenizer=*/false);
   const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
   const LLMEngineOptions eo = bench_engine_options(o, draft.get());
   const BenchRun run = measure(o, model, eo);

@@ -78,6 +78,11 @@ std::string chat_turn(LLMEngine& engine, const Tokenizer& tok, const ChatTemplat
 }
 
 int chat_command(const ChatOptions& o) {
+  if (o.model.tp != 1) {
+    throw Error::invalid_request("--tp",
+                                 "chat --tp is not built yet (mpirun gives the terminal "
+                                 "to rank 0 only; run, score and bench take it)");
+  }
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
   const Tokenizer& tok = *model.tokenizer;
   ChatTemplate chat_template =

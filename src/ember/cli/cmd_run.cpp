@@ -109,7 +109,7 @@ void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunSta
 }
 
 int run_command(const RunOptions& o) {
-  LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
+  LoadedModel model = o.model.load(/*need_tokenizer=*/true);
   const Tokenizer& tok = *model.tokenizer;
   std::string prompt = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
   std::vector<int32_t> ids = tok.encode(prompt, !o.no_bos && tok.add_bos_default());

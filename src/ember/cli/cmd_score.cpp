@@ -15,6 +15,7 @@
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
 #include "ember/engine/llm_engine.h"
+#include "ember/parallel/communicator.h"
 
 namespace ember::cli {
 
@@ -149,7 +150,7 @@ int score_command(const ScoreOptions& o) {
                                  "speculative decoding does not apply");
   }
   bool need_tokenizer = o.ids.empty();
-  LoadedModel model = load_model(o.model.load_options(need_tokenizer));
+  LoadedModel model = o.model.load(need_tokenizer);
   std::vector<int32_t> ids;
   if (!o.ids.empty()) {
     ids = parse_ids(o.ids);
@@ -211,7 +212,7 @@ int score_command(const ScoreOptions& o) {
     print_divergence(compare_distributions(base_logits, logits, ids, vocab), base.engine,
                      eo.engine);
   }
-  if (!o.logits_out.empty()) {
+  if (!o.logits_out.empty() && parallel::is_first_rank()) {  // (every rank has the logits)
     std::ofstream out(o.logits_out, std::ios::binary);
     if (!out) throw Error(o.logits_out + ": cannot open for writing");
     out.write(reinterpret_cast<const char*>(logits.data()),

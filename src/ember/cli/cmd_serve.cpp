@@ -227,6 +227,11 @@ int serve_command(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  if (o.model.tp != 1) {
+    throw Error::invalid_request("--tp",
+                                 "serve --tp is not built yet: rank 0 would schedule and "
+                                 "broadcast each step (run, score, bench and chat take it)");
+  }
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
   ChatTemplate chat =
       forced ? *forced

@@ -9,6 +9,7 @@
 
 #include "ember/cli/commands.h"
 #include "ember/core/error.h"
+#include "ember/parallel/communicator.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ember — LLM inference engine for Llama-family models"};
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {  // ember::Error and anything unexpected: one line, exit 1
     std::fprintf(stderr, "error: %s\n", e.what());
+    // Under mpirun the other ranks may be waiting in a collective: end them all.
+    if (ember::parallel::world_is_shared()) ember::parallel::world().abort(1);
     return 1;
   }
   return 1;

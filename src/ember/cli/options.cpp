@@ -9,6 +9,8 @@
 #include "ember/core/error.h"
 #include "ember/engine/draft_proposer.h"
 #include "ember/kv/capacity_plan.h"
+#include "ember/parallel/communicator.h"
+#include "ember/parallel/tensor_parallel.h"
 
 namespace ember::cli {
 
@@ -41,6 +43,11 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
                  "Speculative decoding by prompt lookup: guess the next tokens by matching the "
                  "last N tokens (N down to 1) earlier in the prompt and output; the output is "
                  "unchanged, only faster where it repeats its input (0: off)")
+      ->capture_default_str();
+  app.add_option("--tp", o.tp,
+                 "Tensor parallelism: this process is one of N ranks started by mpirun -np N "
+                 "(heads and FFN rows split over them, two all-reduces per layer; run, score, "
+                 "bench)")
       ->capture_default_str();
   app.add_option("--draft-max", o.draft_max, "Speculative guesses per step (1..64)")
       ->capture_default_str();
@@ -149,6 +156,19 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   return o;
 }
 
+LoadedModel ModelOptions::load(bool need_tokenizer) const {
+  LoadOptions lo = load_options(need_tokenizer);
+  if (tp == 1) return load_model(lo);
+  if (wants_draft()) {
+    throw Error::invalid_request("--tp", "--tp with speculative decoding is not built yet");
+  }
+  const parallel::TensorSplit split = parallel::join_tensor_parallel(tp, backend);
+  lo.adapt_checkpoint = [split](Checkpoint& c) { c = parallel::shard_checkpoint(c, split); };
+  LoadedModel m = load_model(lo);
+  parallel::attach_tensor_parallel(m.weights);
+  return m;
+}
+
 std::unique_ptr<LoadedModel> ModelOptions::load_draft(const LoadedModel& target) const {
   if (draft.empty() && draft_dtype.empty()) return nullptr;
   std::optional<DType> dt;
@@ -245,7 +265,7 @@ void SamplingOptions::add_to(CLI::App& app) {
 
 SamplingParams SamplingOptions::params() const {
   if (!resolved_seed_) {
-    resolved_seed_ = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+    resolved_seed_ = seed >= 0 ? static_cast<uint64_t>(seed) : parallel::shared_random_seed();
   }
   SamplingParams p = sampling;
   p.seed = *resolved_seed_;

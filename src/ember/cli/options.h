@@ -43,9 +43,12 @@ struct ModelOptions {
   std::string draft;         // --draft MODEL: speculation with a draft model
   std::string draft_dtype;   // --draft-dtype: the draft (or the model itself) quantized to this
   int64_t draft_layers = 0;  // --draft-layers N: the draft cut to its first N layers
+  int tp = 1;                // --tp N: this process is one of N ranks (mpirun -np N)
 
   void add_to(CLI::App& app, unsigned sets = 0);
   LoadOptions load_options(bool need_tokenizer) const;
+  // load_model(load_options(...)), as this rank's shard under --tp (parallel/tensor_parallel.h).
+  LoadedModel load(bool need_tokenizer) const;
   bool wants_draft() const { return !draft.empty() || !draft_dtype.empty() || draft_layers > 0; }
   // The draft model --draft / --draft-dtype ask for, built into the target's backend, its
   // vocabulary checked against the target's; null when neither was given (--draft-layers alone

@@ -44,6 +44,8 @@ struct Checkpoint {
   std::vector<float> rope_freq_factors;
   std::string torch_dtype;  // config.json's torch_dtype, if any
   std::vector<std::shared_ptr<const MappedFile>> mappings;
+  // Tensor bytes made in memory rather than mapped (a tensor-parallel rank's cut tensors).
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> owned_tensors;
   std::shared_ptr<const GgufFile> gguf;  // set for GGUF files (tokenizer, metadata)
   std::string tokenizer_path;            // llama2.c tokenizer.bin or HF tokenizer.json, if found
 };

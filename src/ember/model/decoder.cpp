@@ -103,6 +103,7 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
     observer_->attention_output(layer, backend_.to_host(attn_.data(), T * c.q_dim(), observed_[0]));
   }
   matmul("wo", attn_.data(), T, {&lw.wo}, {tmp_.data()});
+  reduce_partial_sums(T);
   if (lw.bo != nullptr) backend_.add_bias(tmp_.data(), lw.bo, T, c.d_model);
 }
 
@@ -172,6 +173,7 @@ void DecoderModel::mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
     }
   }
   matmul("w_down", gate_.data(), T, {&lw.w_down}, {tmp_.data()});
+  reduce_partial_sums(T);
   if (lw.b_down != nullptr) backend_.add_bias(tmp_.data(), lw.b_down, T, c.d_model);
 }
 

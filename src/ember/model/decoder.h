@@ -50,6 +50,12 @@ class DecoderModel : public Model {
   void observed_matmul(const char* name, const float* x, int64_t T,
                        std::initializer_list<const WeightMatrix*> ws,
                        std::initializer_list<float*> ys);
+  // Tensor parallelism: tmp [T, d_model] holds this shard's part of a sublayer's output; adds
+  // the other shards' (ModelWeights::reduce_partial_sums). Nothing in one process.
+  void reduce_partial_sums(int64_t T) {
+    if (weights_.reduce_partial_sums)
+      weights_.reduce_partial_sums(tmp_.data(), T * config_.d_model);
+  }
   // gate = silu(gate) * up, [rows, n]; timed with an observer.
   void silu_mul(float* gate, const float* up, int64_t rows, int64_t n);
   // Runs fn; with an observer, reports make_record() with fn's wall time (the record is only made

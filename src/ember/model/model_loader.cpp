@@ -447,6 +447,7 @@ ModelWeights build_weights(const Checkpoint& ckpt, std::optional<DType> dtype, u
   w.backend = std::move(backend);
   w.config = ckpt.config;
   w.mappings = ckpt.mappings;
+  w.owned_tensors = ckpt.owned_tensors;
   const ModelConfig& c = w.config;
   if (!dtype && ckpt.format == CheckpointFormat::ConfigOnly) {
     dtype = ckpt.torch_dtype == "float32"   ? DType::F32
@@ -553,11 +554,13 @@ LoadedModel load_model(const LoadOptions& options) {
   copts.dummy = options.dummy;
   copts.tokenizer_path = options.tokenizer_path;
   m.checkpoint = open_checkpoint(options.path, copts);
+  const uint64_t fingerprint = weights_fingerprint(m.checkpoint, options);
+  if (options.adapt_checkpoint) options.adapt_checkpoint(m.checkpoint);
   m.weights =
       build_weights(m.checkpoint, options.dtype, options.dummy_seed,
                     options.shared_backend ? options.shared_backend : make_backend(options.backend),
                     options.check_weights);
-  m.weights.fingerprint = weights_fingerprint(m.checkpoint, options);
+  m.weights.fingerprint = fingerprint;
   if (!m.weights.non_finite_tensors.empty()) {
     std::string names;
     for (const std::string& n : m.weights.non_finite_tensors)

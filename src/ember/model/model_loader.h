@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,9 @@ struct LoadOptions {
   // Builds the weights into this backend instead of making one from `backend` (a draft model
   // shares the target's backend: one thread pool, one device).
   std::shared_ptr<Backend> shared_backend;
+  // Applied to the opened checkpoint before any weight is read (a tensor-parallel rank cuts it to
+  // its shard, parallel/tensor_shard.h); the fingerprint is the whole checkpoint's.
+  std::function<void(Checkpoint&)> adapt_checkpoint;
 };
 
 struct LoadedModel {

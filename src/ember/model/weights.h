@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,12 @@ struct ModelWeights {
   // The backend that holds the weights and runs the model; the mappings the weights may point into.
   std::shared_ptr<Backend> backend;
   std::vector<std::shared_ptr<const MappedFile>> mappings;
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> owned_tensors;  // (Checkpoint's)
+
+  // Tensor parallelism: these weights are one rank's shard, and the outputs of W_O and W_down
+  // [n floats, host memory] are partial sums this adds across the ranks in place. Null in one
+  // process.
+  std::function<void(float* x, int64_t n)> reduce_partial_sums;
 
   // Bytes of all matrices (every expert's included).
   int64_t matrix_bytes() const;

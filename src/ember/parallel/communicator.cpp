@@ -1,0 +1,135 @@
+#include "ember/parallel/communicator.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ember/core/error.h"
+
+#ifdef EMBER_MPI
+#include <mpi.h>
+#endif
+
+namespace ember::parallel {
+
+namespace {
+
+class SingleProcess final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(float*, int64_t) override {}
+  void all_gather(const void* mine, int64_t bytes, void* all) override {
+    std::memcpy(all, mine, static_cast<size_t>(bytes));
+  }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+#ifdef EMBER_MPI
+int count_of(int64_t n, const char* what) {
+  if (n < 0 || n > INT_MAX) {
+    throw Error(std::string("MPI: a ") + what + " of " + std::to_string(n) +
+                " elements is larger than one MPI call takes");
+  }
+  return static_cast<int>(n);
+}
+
+class MpiWorld final : public Communicator {
+ public:
+  MpiWorld() {
+    int provided = 0;
+    // Collectives come from whichever thread runs the engine, never two at once.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum(float* x, int64_t n) override {
+    const double start = MPI_Wtime();
+    const int count = count_of(n, "sum");
+    gathered_.resize(static_cast<size_t>(n) * static_cast<size_t>(size_));
+    MPI_Allgather(x, count, MPI_FLOAT, gathered_.data(), count, MPI_FLOAT, MPI_COMM_WORLD);
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = gathered_[static_cast<size_t>(i)];
+      for (int r = 1; r < size_; ++r) sum += gathered_[static_cast<size_t>(r * n + i)];
+      x[i] = sum;
+    }
+    ++stats_.all_reduces;
+    stats_.bytes += 4.0 * static_cast<double>(n);
+    stats_.seconds += MPI_Wtime() - start;
+  }
+  void all_gather(const void* mine, int64_t bytes, void* all) override {
+    const int count = count_of(bytes, "gather");
+    MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, MPI_COMM_WORLD);
+  }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+  }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  std::vector<float> gathered_;
+};
+#endif
+
+std::unique_ptr<Communicator>& world_slot() {
+  static std::unique_ptr<Communicator> slot;
+  return slot;
+}
+
+}  // namespace
+
+bool built_with_mpi() {
+#ifdef EMBER_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
+Communicator& world() {
+  std::unique_ptr<Communicator>& slot = world_slot();
+  if (!slot) {
+#ifdef EMBER_MPI
+    if (launched_by_mpi()) slot = std::make_unique<MpiWorld>();
+#endif
+    if (!slot) slot = std::make_unique<SingleProcess>();
+  }
+  return *slot;
+}
+
+bool world_is_shared() {
+  return world_slot() && world_slot()->size() > 1;
+}
+
+bool is_first_rank() {
+  return !world_slot() || world_slot()->rank() == 0;
+}
+
+uint64_t shared_random_seed() {
+  const uint64_t mine = std::random_device{}();
+  if (!world_is_shared()) return mine;
+  std::vector<uint64_t> all(static_cast<size_t>(world().size()));
+  world().all_gather(&mine, sizeof mine, all.data());
+  return all[0];
+}
+
+}  // namespace ember::parallel

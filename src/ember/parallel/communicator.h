@@ -1,0 +1,51 @@
+// The collectives tensor parallelism needs, across the processes `mpirun` started
+// (MPI_COMM_WORLD, OpenMPI from Debian). Every rank calls the same collectives in the same order;
+// a rank that fails ends them all (abort), so none is left waiting in a collective.
+#pragma once
+
+#include <cstdint>
+
+namespace ember::parallel {
+
+// What the all-reduces of this process cost so far.
+struct CommStats {
+  int64_t all_reduces = 0;
+  double bytes = 0;    // this rank's payload (n floats x 4 per call)
+  double seconds = 0;  // wall time inside them, waiting for the other ranks included
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  const CommStats& stats() const { return stats_; }
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // x (n floats) becomes the sum of every rank's x, added in rank order on every rank: the same
+  // bits on all of them whatever order the transport would reduce in, so ranks that go on to
+  // sample from identical logits stay in step.
+  virtual void all_reduce_sum(float* x, int64_t n) = 0;
+  // Every rank's `bytes` bytes of `mine`, rank after rank, into `all` (size() * bytes).
+  virtual void all_gather(const void* mine, int64_t bytes, void* all) = 0;
+  // Ends the processes of every rank with `code` (after an error on this one).
+  [[noreturn]] virtual void abort(int code) = 0;
+
+ protected:
+  CommStats stats_;
+};
+
+// Whether this ember was built with MPI (-DEMBER_MPI=ON found OpenMPI).
+bool built_with_mpi();
+// Whether an MPI launcher (mpirun) started this process, as its environment says.
+bool launched_by_mpi();
+// The processes of this job: MPI_COMM_WORLD when built with MPI and launched by mpirun, else a
+// world of one process. Made (MPI initialised) on first use; MPI is finalised at exit.
+Communicator& world();
+// Whether world() has been made with more than one process (for the error path: abort them all).
+bool world_is_shared();
+// Whether this process is rank 0 (or alone): the one that writes output files.
+bool is_first_rank();
+// A random seed (std::random_device), rank 0's on every rank when the world is shared: ranks that
+// sample must draw the same numbers.
+uint64_t shared_random_seed();
+
+}  // namespace ember::parallel

@@ -1,0 +1,93 @@
+#include "ember/parallel/tensor_parallel.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "ember/core/error.h"
+#include "ember/parallel/communicator.h"
+
+namespace ember::parallel {
+
+namespace {
+
+// FNV-1a of this process's command line (/proc/self/cmdline): ranks given different flags would
+// load or run different things and wait on each other's collectives.
+uint64_t command_line_hash() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : bytes) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Rank 0's line at exit: what the all-reduces cost.
+void print_comm_stats() {
+  const CommStats& s = world().stats();
+  if (s.all_reduces == 0) return;
+  std::fprintf(stderr,
+               "[ember] tp %d: %lld all-reduces of %.1f KiB on average, %.1f us each, %.3f s in "
+               "all (waiting for the other ranks included)\n",
+               world().size(), static_cast<long long>(s.all_reduces),
+               s.bytes / static_cast<double>(s.all_reduces) / 1024.0,
+               1e6 * s.seconds / static_cast<double>(s.all_reduces), s.seconds);
+}
+
+}  // namespace
+
+TensorSplit join_tensor_parallel(int tp, const std::string& backend) {
+  const std::string flag = "--tp " + std::to_string(tp);
+  if (tp < 1) throw Error::invalid_request("--tp", "--tp must be at least 1");
+  if (!built_with_mpi()) {
+    throw Error::invalid_request(
+        "--tp", flag + ": this ember was built without MPI (install libopenmpi-dev, rebuild)");
+  }
+  if (!launched_by_mpi()) {
+    throw Error::invalid_request("--tp", flag + " runs as " + std::to_string(tp) +
+                                             " processes: start it with mpirun -np " +
+                                             std::to_string(tp) + " ember ...");
+  }
+  if (backend != "cpu" && backend != "reference") {
+    throw Error::invalid_request(
+        "--tp", flag + " with --backend " + backend + " is not built yet (cpu and reference only)");
+  }
+  Communicator& w = world();
+  if (w.size() != tp) {
+    throw Error::invalid_request("--tp", flag + " but mpirun started " + std::to_string(w.size()) +
+                                             " processes (mpirun -np " + std::to_string(tp) + ")");
+  }
+  return {w.rank(), w.size()};
+}
+
+void attach_tensor_parallel(ModelWeights& weights) {
+  Communicator& w = world();
+  const uint64_t mine[2] = {weights.fingerprint, command_line_hash()};
+  std::vector<uint64_t> all(static_cast<size_t>(2 * w.size()));
+  w.all_gather(mine, sizeof mine, all.data());
+  for (int r = 1; r < w.size(); ++r) {
+    if (all[static_cast<size_t>(2 * r)] != all[0]) {
+      throw Error(ErrorKind::InvalidArgument,
+                  "--tp: rank " + std::to_string(r) + " opened a different model than rank 0");
+    }
+    if (all[static_cast<size_t>(2 * r + 1)] != all[1]) {
+      throw Error(ErrorKind::InvalidArgument,
+                  "--tp: rank " + std::to_string(r) +
+                      " was started with a different command line than rank 0");
+    }
+  }
+  weights.reduce_partial_sums = [&w](float* x, int64_t n) { w.all_reduce_sum(x, n); };
+  if (w.rank() == 0) std::atexit(print_comm_stats);
+  if (w.rank() != 0) {
+    std::fflush(stdout);
+    if (std::freopen("/dev/null", "w", stdout) == nullptr) {
+      throw Error("--tp: rank " + std::to_string(w.rank()) + " cannot quiet its output");
+    }
+  }
+}
+
+}  // namespace ember::parallel

@@ -1,0 +1,196 @@
+#include "ember/parallel/tensor_shard.h"
+
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "ember/core/error.h"
+
+namespace ember::parallel {
+
+namespace {
+
+// Ranges of rows (or columns) this rank owns: [begin, begin + count).
+struct Range {
+  int64_t begin = 0, count = 0;
+};
+
+struct ShardRanges {
+  Range q, kv, ffn;
+};
+
+ShardRanges ranges_of(const ModelConfig& full, const ModelConfig& local, TensorSplit split) {
+  const int64_t hd = full.head_dim;
+  ShardRanges r;
+  r.q = {split.rank * local.n_heads * hd, local.n_heads * hd};
+  // With more ranks than KV heads, consecutive ranks share one: rank r's queries use KV head
+  // r * n_kv / size.
+  const int64_t kv_head = full.n_kv_heads >= split.size ? split.rank * local.n_kv_heads
+                                                        : split.rank * full.n_kv_heads / split.size;
+  r.kv = {kv_head * hd, local.n_kv_heads * hd};
+  r.ffn = {split.rank * local.d_ffn, local.d_ffn};
+  return r;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class Cutter {
+ public:
+  explicit Cutter(Checkpoint& ckpt) : ckpt_(ckpt) {}
+
+  // Rows [r.begin, r.begin + r.count) of a matrix (or elements of a vector), as a view.
+  void rows(StoredTensor& t, Range r) {
+    TensorView& v = t.view;
+    const int64_t cols = v.shape.size() == 1 ? 1 : v.shape.back();
+    const int64_t row_bytes =
+        v.shape.size() == 1 ? dtype_row_bytes(v.dtype, 1) : dtype_row_bytes(v.dtype, cols);
+    if (v.shape.size() == 1 && dtype_is_quantized(v.dtype)) return column_cut(t, {r});
+    v.data += r.begin * row_bytes;
+    v.shape[0] = r.count;
+    v.nbytes = static_cast<uint64_t>(r.count * row_bytes);
+  }
+
+  // The column ranges `parts` of every row (a vector: of its elements), side by side, as new
+  // bytes; quantized blocks must not be cut.
+  void column_cut(StoredTensor& t, const std::vector<Range>& parts) {
+    TensorView& v = t.view;
+    const bool vector = v.shape.size() == 1;
+    const int64_t cols = v.shape.back(), rows = vector ? 1 : v.shape[0];
+    const int64_t block = dtype_block_elems(v.dtype);
+    int64_t kept = 0;
+    for (const Range& p : parts) {
+      if (p.begin % block != 0 || p.count % block != 0) {
+        throw Error(ErrorKind::InvalidArgument,
+                    "--tp: " + t.stored_name + " (" + dtype_name(v.dtype) +
+                        ") would be cut inside its blocks of " + std::to_string(block) +
+                        " values (columns " + std::to_string(p.begin) + ".." +
+                        std::to_string(p.begin + p.count) + "); choose another --tp");
+      }
+      kept += p.count;
+    }
+    const int64_t src_row = dtype_row_bytes(v.dtype, cols),
+                  dst_row = dtype_row_bytes(v.dtype, kept);
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * dst_row));
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* out = bytes->data() + r * dst_row;
+      for (const Range& p : parts) {
+        const int64_t n = dtype_row_bytes(v.dtype, p.count);
+        std::memcpy(out, v.data + r * src_row + dtype_row_bytes(v.dtype, p.begin),
+                    static_cast<size_t>(n));
+        out += n;
+      }
+    }
+    own(t, std::move(bytes),
+        vector ? std::vector<int64_t>{kept} : std::vector<int64_t>{rows, kept});
+  }
+
+  // Row ranges `parts` stacked (a fused [q; k; v] or [gate; up] matrix, or its bias).
+  void stacked_rows(StoredTensor& t, const std::vector<Range>& parts) {
+    TensorView& v = t.view;
+    if (v.shape.size() == 1) return column_cut(t, parts);
+    const int64_t row_bytes = dtype_row_bytes(v.dtype, v.shape.back());
+    int64_t rows = 0;
+    for (const Range& p : parts) rows += p.count;
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * row_bytes));
+    uint8_t* out = bytes->data();
+    for (const Range& p : parts) {
+      std::memcpy(out, v.data + p.begin * row_bytes, static_cast<size_t>(p.count * row_bytes));
+      out += p.count * row_bytes;
+    }
+    own(t, std::move(bytes), {rows, v.shape.back()});
+  }
+
+  // A bias added once after the partial sums are reduced: zeros on every rank but the first.
+  void zeroed(StoredTensor& t) {
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(t.view.nbytes), 0);
+    own(t, std::move(bytes), t.view.shape);
+  }
+
+ private:
+  void own(StoredTensor& t, std::shared_ptr<std::vector<uint8_t>> bytes,
+           std::vector<int64_t> shape) {
+    t.view.data = bytes->data();
+    t.view.nbytes = bytes->size();
+    t.view.shape = std::move(shape);
+    ckpt_.owned_tensors.push_back(std::move(bytes));
+  }
+
+  Checkpoint& ckpt_;
+};
+
+}  // namespace
+
+ModelConfig shard_config(const ModelConfig& full, TensorSplit split) {
+  const int n = split.size;
+  const std::string tp = "--tp " + std::to_string(n);
+  const auto refuse = [](const std::string& why) { throw Error::invalid_request("--tp", why); };
+  if (n < 1 || split.rank < 0 || split.rank >= n) refuse(tp + ": rank out of range");
+  if (full.is_moe()) refuse(tp + ": mixtures of experts are not split across ranks yet");
+  if (full.linear_biases || full.learned_positions) {
+    refuse(tp + ": " + full.architecture + " (GPT-2's layout) is not split across ranks yet");
+  }
+  if (full.qk_norm_whole) refuse(tp + ": Q/K norms over whole projections do not split by heads");
+  if (full.n_heads % n != 0) {
+    refuse(tp + " does not divide the " + std::to_string(full.n_heads) + " attention heads");
+  }
+  if (full.d_ffn % n != 0) {
+    refuse(tp + " does not divide the " + std::to_string(full.d_ffn) + " FFN rows");
+  }
+  if (full.n_kv_heads % n != 0 && n % full.n_kv_heads != 0) {
+    refuse(tp + " neither divides the " + std::to_string(full.n_kv_heads) +
+           " KV heads nor is a multiple of them");
+  }
+  ModelConfig local = full;
+  local.n_heads = full.n_heads / n;
+  local.n_kv_heads = full.n_kv_heads >= n ? full.n_kv_heads / n : 1;
+  local.d_ffn = full.d_ffn / n;
+  return local;
+}
+
+Checkpoint shard_checkpoint(const Checkpoint& full, TensorSplit split) {
+  if (split.size <= 1) return full;
+  if (full.format == CheckpointFormat::ConfigOnly) {
+    throw Error::invalid_request("--tp",
+                                 "--tp: --dummy weights are not split across ranks; "
+                                 "write them to a file first (ember quantize)");
+  }
+  Checkpoint ckpt = full;
+  ckpt.config = shard_config(full.config, split);
+  const ShardRanges r = ranges_of(full.config, ckpt.config, split);
+  const int64_t q_all = full.config.q_dim(), kv_all = full.config.kv_dim();
+  Cutter cut(ckpt);
+  for (auto& [name, t] : ckpt.tensors) {
+    if (t.transposed) {
+      throw Error::invalid_request(
+          "--tp", "--tp: " + t.stored_name + " is stored transposed; not split across ranks yet");
+    }
+    const auto is = [&](const char* suffix) { return ends_with(name, suffix); };
+    if (is(".self_attn.q_proj.weight") || is(".self_attn.q_proj.bias")) {
+      cut.rows(t, r.q);
+    } else if (is(".self_attn.k_proj.weight") || is(".self_attn.k_proj.bias") ||
+               is(".self_attn.v_proj.weight") || is(".self_attn.v_proj.bias")) {
+      cut.rows(t, r.kv);
+    } else if (is(".self_attn.qkv_proj.weight") || is(".self_attn.qkv_proj.bias")) {
+      cut.stacked_rows(
+          t, {r.q, {q_all + r.kv.begin, r.kv.count}, {q_all + kv_all + r.kv.begin, r.kv.count}});
+    } else if (is(".self_attn.o_proj.weight")) {
+      cut.column_cut(t, {r.q});
+    } else if (is(".mlp.gate_proj.weight") || is(".mlp.up_proj.weight") ||
+               is(".mlp.up_proj.bias")) {
+      cut.rows(t, r.ffn);
+    } else if (is(".mlp.gate_up_proj.weight")) {
+      cut.stacked_rows(t, {r.ffn, {full.config.d_ffn + r.ffn.begin, r.ffn.count}});
+    } else if (is(".mlp.down_proj.weight")) {
+      cut.column_cut(t, {r.ffn});
+    } else if ((is(".self_attn.o_proj.bias") || is(".mlp.down_proj.bias")) && split.rank != 0) {
+      cut.zeroed(t);
+    }
+  }
+  return ckpt;
+}
+
+}  // namespace ember::parallel

@@ -1,0 +1,158 @@
+// `mpirun -np N ember run|score ... --tp N` on one machine (OpenMPI's shared-memory transport):
+// logits within 1e-5 of one process's (the all-reduce adds the heads' partial sums in another
+// order) and the same greedy text, for stories260K at tp 2 and 4 and the SmolLM2 shape (4 of its
+// layers, f32) at tp 3; and the mistakes a user makes are one error that ends every rank. Skips
+// without MPI (a build without it, no mpirun) and under AddressSanitizer (LeakSanitizer reports
+// OpenMPI's own allocations at MPI_Init).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "ember/parallel/communicator.h"
+#include "test_util.h"
+
+namespace ember {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAsan = true;
+#else
+constexpr bool kUnderAsan = false;
+#endif
+
+// Why these tests cannot run here, or "".
+std::string why_no_mpi() {
+  if (kUnderAsan) return "AddressSanitizer build (LeakSanitizer flags OpenMPI's own allocations)";
+  if (!parallel::built_with_mpi()) return "this ember was built without MPI";
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) return "mpirun is not installed";
+  return "";
+}
+
+#define EMBER_REQUIRE_MPI()                              \
+  do {                                                   \
+    if (std::string why = why_no_mpi(); !why.empty()) {  \
+      GTEST_SKIP() << why                                \
+                   << " (scripts/setup.sh installs "     \
+                      "libopenmpi-dev and openmpi-bin)"; \
+    }                                                    \
+  } while (0)
+
+// `mpirun -np n ember ARGS` (ARGS already quoted), stdout and stderr captured.
+test::CommandResult mpirun_ember(int n, const std::string& args) {
+  const auto dir = test::scratch_dir("mpirun");
+  const auto out = dir / "out", err = dir / "err";
+  const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " +
+                          std::to_string(n) + " " + test::shell_quote(test::ember_binary()) + " " +
+                          args + " >" + test::shell_quote(out.string()) + " 2>" +
+                          test::shell_quote(err.string());
+  test::CommandResult r;
+  const int status = std::system(cmd.c_str());
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  auto slurp = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+// Greedy text and prompt logits of `model` in one process, then split over each of `tps`.
+void expect_split_runs_match(const std::string& model, const std::string& extra, int64_t vocab,
+                             const std::vector<int>& tps) {
+  const auto dir = test::scratch_dir("tp-logits");
+  const std::string prompt = "Once upon a time, there was a little girl named Lily.";
+  const std::string base = "-m " + test::shell_quote(model) + extra + " -t 1";
+  auto one =
+      test::run_ember("run " + base + " -p " + test::shell_quote(prompt) + " -n 24 --temp 0");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const auto single_logits = dir / "single.f32";
+  auto scored = test::run_ember("score " + base + " -q -p " + test::shell_quote(prompt) +
+                                " --logits-out " + test::shell_quote(single_logits.string()));
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  const std::vector<float> single = test::read_f32_file(single_logits);
+  ASSERT_FALSE(single.empty());
+  for (int tp : tps) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const std::string split = base + " --tp " + std::to_string(tp);
+    auto run =
+        mpirun_ember(tp, "run " + split + " -p " + test::shell_quote(prompt) + " -n 24 --temp 0");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(run.out, one.out) << "only rank 0 prints, and it prints the same text";
+    const auto split_logits = dir / ("tp" + std::to_string(tp) + ".f32");
+    auto s = mpirun_ember(tp, "score " + split + " -q -p " + test::shell_quote(prompt) +
+                                  " --logits-out " + test::shell_quote(split_logits.string()));
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    const std::vector<float> logits = test::read_f32_file(split_logits);
+    ASSERT_EQ(logits.size(), single.size());
+    EXPECT_LE(test::worst_relative_logit_error(logits, single, single, vocab), 1e-5);
+  }
+}
+
+TEST(CliTensorParallel, Stories260KSplitTwoAndFourWaysMatchesOneProcess) {
+  EMBER_REQUIRE_MPI();
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  expect_split_runs_match(model.string(), "", 512, {2, 4});
+}
+
+// SmolLM2-135M's shape (d_model 576, 9 heads over 3 KV heads, d_ffn 1536, vocab 49,152) cut to
+// 4 layers, written by the fixture tool, loaded as f32: three ranks of 3 heads, 1 KV head, 512
+// FFN rows each.
+TEST(CliTensorParallel, SmolLM2ShapeSplitThreeWaysMatchesOneProcess) {
+  EMBER_REQUIRE_MPI();
+  const auto tool = test::fixture("tools/make_dummy_model.py");
+  const auto tokenizer = test::fixture("models/smollm2-135m-instruct/tokenizer.json");
+  EMBER_REQUIRE_FIXTURE(tool);
+  EMBER_REQUIRE_FIXTURE(tokenizer);
+  const std::string python =
+      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  if (std::system((python + " -c 'import numpy' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "python3 with numpy is needed to write the dummy model";
+  }
+  const auto dir = test::scratch_dir("tp-smollm2");
+  std::ofstream(dir / "config.json")
+      << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 4,
+    "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+    "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 2048,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16"})";
+  const auto gguf = dir / "smol.gguf";
+  ASSERT_EQ(std::system((python + " " + test::shell_quote(tool.string()) + " --config " +
+                         test::shell_quote((dir / "config.json").string()) + " --tokenizer " +
+                         test::shell_quote(tokenizer.string()) + " --gguf-out " +
+                         test::shell_quote(gguf.string()) + " --gguf-dtype bf16 >/dev/null")
+                            .c_str()),
+            0);
+  expect_split_runs_match(gguf.string(), " --dtype f32", 49152, {3});
+}
+
+TEST(CliTensorParallel, MistakesAreOneErrorOnEveryRank) {
+  EMBER_REQUIRE_MPI();
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const std::string m = "run -m " + test::shell_quote(model.string()) + " -n 4 -t 1";
+  // Not under mpirun.
+  auto r = test::run_ember(m + " --tp 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("start it with mpirun -np 2"), std::string::npos) << r.err;
+  // Heads that do not divide: every rank says so, and the job ends.
+  r = mpirun_ember(3, m + " --tp 3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--tp 3 does not divide the 8 attention heads"), std::string::npos) << r.err;
+  // A world of another size.
+  r = mpirun_ember(2, m + " --tp 4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--tp 4 but mpirun started 2 processes"), std::string::npos) << r.err;
+  // serve is not built for it yet: said at once.
+  r = test::run_ember("serve -m " + test::shell_quote(model.string()) + " --tp 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("serve --tp is not built yet"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ember
