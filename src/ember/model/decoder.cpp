@@ -192,14 +192,19 @@ std::span<const float> DecoderModel::logits(const Batch& batch) {
     if (observer_ != nullptr) observer_->end_step({});
     return {};
   }
+  const int64_t V = weights_.lm_head.n_rows;  // vocab_size, or a rank's part of it
   backend_.reserve(final_, R * c.d_model);
-  backend_.reserve(logits_, R * c.vocab_size);
+  backend_.reserve(logits_, R * V);
   backend_.gather_rows(x_.data(), c.d_model, batch.logit_rows, final_.data());
   norm(final_.data(), weights_.final_norm, weights_.final_norm_bias, final_.data(), R);
   matmul("lm_head", final_.data(), R, {&weights_.lm_head}, {logits_.data()});
-  if (c.final_softcap > 0.0f) backend_.softcap(logits_.data(), c.final_softcap, R, c.vocab_size);
-  const std::span<const float> logits =
-      backend_.to_host(logits_.data(), R * c.vocab_size, host_logits_);
+  if (c.final_softcap > 0.0f) backend_.softcap(logits_.data(), c.final_softcap, R, V);
+  std::span<const float> logits = backend_.to_host(logits_.data(), R * V, host_logits_);
+  if (weights_.gather_logits) {  // tensor parallelism: every rank's part of the vocabulary
+    gathered_logits_.resize(static_cast<size_t>(R * c.vocab_size));
+    weights_.gather_logits(logits.data(), R, gathered_logits_.data());
+    logits = gathered_logits_;
+  }
   if (observer_ != nullptr) observer_->end_step(logits);
   return logits;
 }

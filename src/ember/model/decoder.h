@@ -94,7 +94,8 @@ class DecoderModel : public Model {
   // Per-step activations in the backend's memory, grown as needed: x/xn/tmp [T, d_model],
   // q/attn [T, q_dim], k/v [T, kv_dim], gate/up [T, d_ffn]; final [R, d_model], logits [R, vocab].
   Activations x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_, final_, logits_;
-  std::vector<float> host_logits_;  // staging when the backend's memory is not host memory
+  std::vector<float> host_logits_;      // staging when the backend's memory is not host memory
+  std::vector<float> gathered_logits_;  // tensor parallelism: every rank's vocabulary rows
   // batch.hidden_rows after the final norm [H, d_model], and their host copy.
   Activations hidden_;
   std::vector<float> host_hidden_;

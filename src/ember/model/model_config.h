@@ -53,6 +53,9 @@ struct ModelConfig {
   float rope_local_theta = 0.0f;  // Gemma 3's base on sliding layers; 0: rope_theta
 
   bool tie_word_embeddings = false;
+  // Tensor parallelism (parallel/tensor_shard.h): the rows of the vocabulary this process's
+  // lm_head holds (a separate tensor then); 0: all of them.
+  int64_t lm_head_rows = 0;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2, GPT-2)
 
   // --- family features ---

@@ -313,7 +313,10 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
     if (c.sandwich_norms) out.push_back({p + "mlp.output_norm.weight", {c.d_model}, false});
   }
   norm("model.norm");
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, c.d_model}, true});
+  if (!c.tie_word_embeddings) {
+    out.push_back(
+        {"lm_head.weight", {c.lm_head_rows > 0 ? c.lm_head_rows : c.vocab_size, c.d_model}, true});
+  }
   return out;
 }
 

@@ -74,6 +74,9 @@ struct ModelWeights {
   // [n floats, host memory] are partial sums this adds across the ranks in place. Null in one
   // process.
   std::function<void(float* x, int64_t n)> reduce_partial_sums;
+  // ...and lm_head holds this rank's rows of the vocabulary (config.lm_head_rows): puts every
+  // rank's logits [rows, its part] into [rows, vocab_size] (host memory).
+  std::function<void(const float* mine, int64_t rows, float* all)> gather_logits;
 
   // Bytes of all matrices (every expert's included).
   int64_t matrix_bytes() const;

@@ -1,5 +1,6 @@
 #include "ember/parallel/tensor_parallel.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -81,6 +82,26 @@ void attach_tensor_parallel(ModelWeights& weights) {
     }
   }
   weights.reduce_partial_sums = [&w](float* x, int64_t n) { w.all_reduce_sum(x, n); };
+  // Logits: each rank's [rows, its vocabulary part], padded to the same size, gathered.
+  const int64_t vocab = weights.config.vocab_size;
+  const int64_t per = vocab_rows(vocab, {0, w.size()}).count;
+  weights.gather_logits = [&w, vocab, per](const float* mine, int64_t rows, float* all) {
+    thread_local std::vector<float> padded, gathered;
+    const int64_t own = vocab_rows(vocab, {w.rank(), w.size()}).count;
+    padded.assign(static_cast<size_t>(rows * per), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(mine + r * own, mine + (r + 1) * own, padded.begin() + r * per);
+    }
+    gathered.resize(static_cast<size_t>(rows * per * w.size()));
+    w.all_gather(padded.data(), rows * per * static_cast<int64_t>(sizeof(float)), gathered.data());
+    for (int k = 0; k < w.size(); ++k) {
+      const Range part = vocab_rows(vocab, {k, w.size()});
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = gathered.data() + (k * rows + r) * per;
+        std::copy(src, src + part.count, all + r * vocab + part.begin);
+      }
+    }
+  };
   if (w.rank() == 0) std::atexit(print_comm_stats);
   if (w.rank() != 0) {
     std::fflush(stdout);

@@ -1,5 +1,6 @@
 #include "ember/parallel/tensor_shard.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -10,11 +11,6 @@
 namespace ember::parallel {
 
 namespace {
-
-// Ranges of rows (or columns) this rank owns: [begin, begin + count).
-struct Range {
-  int64_t begin = 0, count = 0;
-};
 
 struct ShardRanges {
   Range q, kv, ffn;
@@ -122,7 +118,35 @@ class Cutter {
   Checkpoint& ckpt_;
 };
 
+// lm_head's rows of this rank's part of the vocabulary (vocab_rows()): a view of the file's
+// lm_head, or of the token table when the model ties them (the embedding itself stays whole:
+// a token's row is all a step reads of it).
+void split_vocabulary(Checkpoint& ckpt, TensorSplit split) {
+  const Range part = vocab_rows(ckpt.config.vocab_size, split);
+  const bool tied = ckpt.config.tie_word_embeddings;
+  auto source = ckpt.tensors.find(tied ? "model.embed_tokens.weight" : "lm_head.weight");
+  if (source == ckpt.tensors.end()) return;  // (the loader names what is missing)
+  StoredTensor head = source->second;
+  if (head.transposed) return;
+  const int64_t row_bytes = dtype_row_bytes(head.view.dtype, head.view.shape.back());
+  head.view.name = "lm_head.weight";
+  head.view.data += part.begin * row_bytes;
+  head.view.shape[0] = part.count;
+  head.view.nbytes = static_cast<uint64_t>(part.count * row_bytes);
+  head.stored_name +=
+      " (rows " + std::to_string(part.begin) + ".." + std::to_string(part.begin + part.count) + ")";
+  ckpt.tensors["lm_head.weight"] = head;
+  ckpt.config.tie_word_embeddings = false;
+  ckpt.config.lm_head_rows = part.count;
+}
+
 }  // namespace
+
+Range vocab_rows(int64_t vocab, TensorSplit split) {
+  const int64_t per = (vocab + split.size - 1) / split.size;
+  const int64_t begin = std::min(vocab, split.rank * per);
+  return {begin, std::min(vocab, begin + per) - begin};
+}
 
 ModelConfig shard_config(const ModelConfig& full, TensorSplit split) {
   const int n = split.size;
@@ -160,6 +184,7 @@ Checkpoint shard_checkpoint(const Checkpoint& full, TensorSplit split) {
   }
   Checkpoint ckpt = full;
   ckpt.config = shard_config(full.config, split);
+  split_vocabulary(ckpt, split);
   const ShardRanges r = ranges_of(full.config, ckpt.config, split);
   const int64_t q_all = full.config.q_dim(), kv_all = full.config.kv_dim();
   Cutter cut(ckpt);
