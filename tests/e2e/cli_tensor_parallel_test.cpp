@@ -1,15 +1,16 @@
-// `mpirun -np N ember run|score ... --tp N` on one machine (OpenMPI's shared-memory transport):
-// logits within 1e-5 of one process's (the all-reduce adds the heads' partial sums in another
-// order) and the same greedy text, for stories260K at tp 2 and 4 and the SmolLM2 shape (4 of its
-// layers, f32) at tp 3; and the mistakes a user makes are one error that ends every rank. Skips
-// without MPI (a build without it, no mpirun) and under AddressSanitizer (LeakSanitizer reports
-// OpenMPI's own allocations at MPI_Init).
+// `mpirun -np N ember run|score ... --tp N` (or --pp N) on one machine (OpenMPI's shared-memory
+// transport): logits within 1e-5 of one process's (the all-reduce adds the heads' partial sums in
+// another order) and the same greedy text, for stories260K at tp 2, tp 4 and pp 2 and the SmolLM2
+// shape (4 of its layers, f32) at tp 3 and pp 2; and the mistakes a user makes are one error that
+// ends every rank. Skips without MPI (a build without it, no mpirun) and under AddressSanitizer
+// (LeakSanitizer reports OpenMPI's own allocations at MPI_Init).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/parallel/communicator.h"
@@ -62,8 +63,11 @@ test::CommandResult mpirun_ember(int n, const std::string& args) {
 }
 
 // Greedy text and prompt logits of `model` in one process, then split over each of `tps`.
+// A split: "--tp" or "--pp" and its rank count.
+using Split = std::pair<std::string, int>;
+
 void expect_split_runs_match(const std::string& model, const std::string& extra, int64_t vocab,
-                             const std::vector<int>& tps) {
+                             const std::vector<Split>& splits) {
   const auto dir = test::scratch_dir("tp-logits");
   const std::string prompt = "Once upon a time, there was a little girl named Lily.";
   const std::string base = "-m " + test::shell_quote(model) + extra + " -t 1";
@@ -76,14 +80,15 @@ void expect_split_runs_match(const std::string& model, const std::string& extra,
   ASSERT_EQ(scored.exit_code, 0) << scored.err;
   const std::vector<float> single = test::read_f32_file(single_logits);
   ASSERT_FALSE(single.empty());
-  for (int tp : tps) {
-    SCOPED_TRACE("tp " + std::to_string(tp));
-    const std::string split = base + " --tp " + std::to_string(tp);
+  for (const auto& [flag, n] : splits) {
+    SCOPED_TRACE(flag + " " + std::to_string(n));
+    const int tp = n;
+    const std::string split = base + " " + flag + " " + std::to_string(n);
     auto run =
         mpirun_ember(tp, "run " + split + " -p " + test::shell_quote(prompt) + " -n 24 --temp 0");
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.out, one.out) << "only rank 0 prints, and it prints the same text";
-    const auto split_logits = dir / ("tp" + std::to_string(tp) + ".f32");
+    const auto split_logits = dir / (flag.substr(2) + std::to_string(tp) + ".f32");
     auto s = mpirun_ember(tp, "score " + split + " -q -p " + test::shell_quote(prompt) +
                                   " --logits-out " + test::shell_quote(split_logits.string()));
     ASSERT_EQ(s.exit_code, 0) << s.err;
@@ -93,17 +98,17 @@ void expect_split_runs_match(const std::string& model, const std::string& extra,
   }
 }
 
-TEST(CliTensorParallel, Stories260KSplitTwoAndFourWaysMatchesOneProcess) {
+TEST(CliTensorParallel, Stories260KSplitByHeadsAndByLayersMatchesOneProcess) {
   EMBER_REQUIRE_MPI();
   const auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
-  expect_split_runs_match(model.string(), "", 512, {2, 4});
+  expect_split_runs_match(model.string(), "", 512, {{"--tp", 2}, {"--tp", 4}, {"--pp", 2}});
 }
 
 // SmolLM2-135M's shape (d_model 576, 9 heads over 3 KV heads, d_ffn 1536, vocab 49,152) cut to
 // 4 layers, written by the fixture tool, loaded as f32: three ranks of 3 heads, 1 KV head, 512
 // FFN rows each.
-TEST(CliTensorParallel, SmolLM2ShapeSplitThreeWaysMatchesOneProcess) {
+TEST(CliTensorParallel, SmolLM2ShapeSplitByHeadsAndByLayersMatchesOneProcess) {
   EMBER_REQUIRE_MPI();
   const auto tool = test::fixture("tools/make_dummy_model.py");
   const auto tokenizer = test::fixture("models/smollm2-135m-instruct/tokenizer.json");
@@ -128,7 +133,7 @@ TEST(CliTensorParallel, SmolLM2ShapeSplitThreeWaysMatchesOneProcess) {
                          test::shell_quote(gguf.string()) + " --gguf-dtype bf16 >/dev/null")
                             .c_str()),
             0);
-  expect_split_runs_match(gguf.string(), " --dtype f32", 49152, {3});
+  expect_split_runs_match(gguf.string(), " --dtype f32", 49152, {{"--tp", 3}, {"--pp", 2}});
 }
 
 TEST(CliTensorParallel, MistakesAreOneErrorOnEveryRank) {
@@ -148,6 +153,12 @@ TEST(CliTensorParallel, MistakesAreOneErrorOnEveryRank) {
   r = mpirun_ember(2, m + " --tp 4");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--tp 4 but mpirun started 2 processes"), std::string::npos) << r.err;
+  r = mpirun_ember(2, m + " --pp 6");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--pp 6 but mpirun started 2 processes"), std::string::npos) << r.err;
+  r = mpirun_ember(6, m + " --pp 6");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--pp 6 is more stages than the 5 layers"), std::string::npos) << r.err;
   // serve is not built for it yet: said at once.
   r = test::run_ember("serve -m " + test::shell_quote(model.string()) + " --tp 2");
   EXPECT_NE(r.exit_code, 0);

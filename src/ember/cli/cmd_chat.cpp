@@ -78,7 +78,7 @@ std::string chat_turn(LLMEngine& engine, const Tokenizer& tok, const ChatTemplat
 }
 
 int chat_command(const ChatOptions& o) {
-  if (o.model.tp != 1) {
+  if (o.model.tp != 1 || o.model.pp != 1) {
     throw Error::invalid_request("--tp",
                                  "chat --tp is not built yet (mpirun gives the terminal "
                                  "to rank 0 only; run, score and bench take it)");

@@ -227,7 +227,7 @@ int serve_command(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (o.model.tp != 1) {
+  if (o.model.tp != 1 || o.model.pp != 1) {
     throw Error::invalid_request("--tp",
                                  "serve --tp is not built yet: rank 0 would schedule and "
                                  "broadcast each step (run, score, bench and chat take it)");

@@ -55,7 +55,8 @@ int trace_command(const TraceCommandOptions& o) {
     throw Error(ErrorKind::InvalidArgument,
                 "ember trace: --lens-k, --max-rows and --max-keys must be >= 1");
   }
-  if (o.model.tp != 1) throw Error::invalid_request("--tp", "trace --tp is not built yet");
+  if (o.model.tp != 1 || o.model.pp != 1)
+    throw Error::invalid_request("--tp", "trace --tp is not built yet");
   LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
   const Tokenizer& tok = *model.tokenizer;
   std::vector<int32_t> ids = tok.encode(o.prompt, !o.no_bos && tok.add_bos_default());

@@ -49,6 +49,11 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
                  "(heads and FFN rows split over them, two all-reduces per layer; run, score, "
                  "bench)")
       ->capture_default_str();
+  app.add_option("--pp", o.pp,
+                 "Pipeline parallelism: this process is one of N stages started by mpirun -np N "
+                 "(consecutive layers on each; the hidden states handed on, the last stage's "
+                 "logits sent to all; run, score, bench)")
+      ->capture_default_str();
   app.add_option("--draft-max", o.draft_max, "Speculative guesses per step (1..64)")
       ->capture_default_str();
   app.add_option("--draft", o.draft,
@@ -158,14 +163,15 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
 
 LoadedModel ModelOptions::load(bool need_tokenizer) const {
   LoadOptions lo = load_options(need_tokenizer);
-  if (tp == 1) return load_model(lo);
+  if (tp == 1 && pp == 1) return load_model(lo);
   if (wants_draft()) {
-    throw Error::invalid_request("--tp", "--tp with speculative decoding is not built yet");
+    throw Error::invalid_request(tp > 1 ? "--tp" : "--pp",
+                                 "--tp/--pp with speculative decoding is not built yet");
   }
-  const parallel::TensorSplit split = parallel::join_tensor_parallel(tp, backend);
-  lo.adapt_checkpoint = [split](Checkpoint& c) { c = parallel::shard_checkpoint(c, split); };
+  const parallel::ParallelLayout layout = parallel::join_parallel(tp, pp, backend);
+  lo.adapt_checkpoint = [layout](Checkpoint& c) { parallel::cut_checkpoint(c, layout); };
   LoadedModel m = load_model(lo);
-  parallel::attach_tensor_parallel(m.weights);
+  parallel::attach_parallel(m.weights, layout);
   return m;
 }
 

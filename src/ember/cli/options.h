@@ -44,6 +44,7 @@ struct ModelOptions {
   std::string draft_dtype;   // --draft-dtype: the draft (or the model itself) quantized to this
   int64_t draft_layers = 0;  // --draft-layers N: the draft cut to its first N layers
   int tp = 1;                // --tp N: this process is one of N ranks (mpirun -np N)
+  int pp = 1;                // --pp N: this process is one of N pipeline stages
 
   void add_to(CLI::App& app, unsigned sets = 0);
   LoadOptions load_options(bool need_tokenizer) const;

@@ -34,6 +34,10 @@ void DecoderModel::reserve(int64_t T) {
 void DecoderModel::embed(const Batch& batch) {
   const int64_t T = batch.size();
   if (observer_ != nullptr) observer_->begin_step(batch);
+  if (weights_.receive_hidden) {  // a later pipeline stage: the previous stage's output
+    weights_.receive_hidden(x_.data(), T * config_.d_model);
+    return;
+  }
   backend_.embed(weights_.embed, batch, x_.data());
   if (config_.embed_scale != 1.0f)
     backend_.scale(x_.data(), config_.embed_scale, T, config_.d_model);
@@ -179,6 +183,14 @@ void DecoderModel::mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
 
 std::span<const float> DecoderModel::logits(const Batch& batch) {
   const ModelConfig& c = config_;
+  if (weights_.send_hidden) {  // an earlier pipeline stage: the last one computes the logits
+    weights_.send_hidden(x_.data(), batch.size() * c.d_model);
+    hidden_states_ = {};
+    const auto rows = static_cast<int64_t>(batch.logit_rows.size());
+    gathered_logits_.resize(static_cast<size_t>(rows * c.vocab_size));
+    if (rows > 0) weights_.share_logits(gathered_logits_.data(), rows * c.vocab_size);
+    return gathered_logits_;
+  }
   const auto H = static_cast<int64_t>(batch.hidden_rows.size());
   hidden_states_ = {};
   if (H > 0) {
@@ -203,6 +215,11 @@ std::span<const float> DecoderModel::logits(const Batch& batch) {
   if (weights_.gather_logits) {  // tensor parallelism: every rank's part of the vocabulary
     gathered_logits_.resize(static_cast<size_t>(R * c.vocab_size));
     weights_.gather_logits(logits.data(), R, gathered_logits_.data());
+    logits = gathered_logits_;
+  }
+  if (weights_.share_logits) {  // the last pipeline stage: to every other stage
+    gathered_logits_.assign(logits.begin(), logits.end());
+    weights_.share_logits(gathered_logits_.data(), R * c.vocab_size);
     logits = gathered_logits_;
   }
   if (observer_ != nullptr) observer_->end_step(logits);

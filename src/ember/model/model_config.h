@@ -56,6 +56,9 @@ struct ModelConfig {
   // Tensor parallelism (parallel/tensor_shard.h): the rows of the vocabulary this process's
   // lm_head holds (a separate tensor then); 0: all of them.
   int64_t lm_head_rows = 0;
+  // Pipeline parallelism: this process runs layers [first_layer, first_layer + n_layers) of the
+  // model (its layer 0 is the model's first_layer).
+  int64_t first_layer = 0;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2, GPT-2)
 
   // --- family features ---
@@ -101,8 +104,9 @@ struct ModelConfig {
   // The window of `layer`, 0 when it attends to its whole context.
   int64_t layer_window(int64_t layer) const {
     if (sliding_window <= 0) return 0;
-    return sliding_window_pattern <= 1 || (layer + 1) % sliding_window_pattern != 0 ? sliding_window
-                                                                                    : 0;
+    return sliding_window_pattern <= 1 || (first_layer + layer + 1) % sliding_window_pattern != 0
+               ? sliding_window
+               : 0;
   }
   // cos/sin multiplier of YaRN and LongRoPE (1 otherwise).
   float rope_mscale() const;

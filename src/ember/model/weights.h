@@ -77,6 +77,14 @@ struct ModelWeights {
   // ...and lm_head holds this rank's rows of the vocabulary (config.lm_head_rows): puts every
   // rank's logits [rows, its part] into [rows, vocab_size] (host memory).
   std::function<void(const float* mine, int64_t rows, float* all)> gather_logits;
+  // Pipeline parallelism (config.first_layer, n_layers: this stage's layers): a stage after the
+  // first takes its input hidden states [n floats] from the previous stage instead of the
+  // embedding; a stage before the last hands its output on instead of computing logits; and
+  // every stage gets the last stage's logits (share_logits: sent by the last, received by the
+  // others).
+  std::function<void(float* x, int64_t n)> receive_hidden;
+  std::function<void(const float* x, int64_t n)> send_hidden;
+  std::function<void(float* logits, int64_t n)> share_logits;
 
   // Bytes of all matrices (every expert's included).
   int64_t matrix_bytes() const;

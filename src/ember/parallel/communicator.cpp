@@ -26,6 +26,9 @@ class SingleProcess final : public Communicator {
   void all_gather(const void* mine, int64_t bytes, void* all) override {
     std::memcpy(all, mine, static_cast<size_t>(bytes));
   }
+  void send(const float*, int64_t, int) override {}
+  void receive(float*, int64_t, int) override {}
+  void broadcast(float*, int64_t, int) override {}
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
 
@@ -71,6 +74,15 @@ class MpiWorld final : public Communicator {
   void all_gather(const void* mine, int64_t bytes, void* all) override {
     const int count = count_of(bytes, "gather");
     MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, MPI_COMM_WORLD);
+  }
+  void send(const float* x, int64_t n, int to) override {
+    MPI_Send(x, count_of(n, "send"), MPI_FLOAT, to, 0, MPI_COMM_WORLD);
+  }
+  void receive(float* x, int64_t n, int from) override {
+    MPI_Recv(x, count_of(n, "receive"), MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  void broadcast(float* x, int64_t n, int root) override {
+    MPI_Bcast(x, count_of(n, "broadcast"), MPI_FLOAT, root, MPI_COMM_WORLD);
   }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);

@@ -26,6 +26,11 @@ class Communicator {
   virtual void all_reduce_sum(float* x, int64_t n) = 0;
   // Every rank's `bytes` bytes of `mine`, rank after rank, into `all` (size() * bytes).
   virtual void all_gather(const void* mine, int64_t bytes, void* all) = 0;
+  // n floats to rank `to` / from rank `from` (pipeline stages hand hidden states on).
+  virtual void send(const float* x, int64_t n, int to) = 0;
+  virtual void receive(float* x, int64_t n, int from) = 0;
+  // Rank `root`'s n floats into x on every rank.
+  virtual void broadcast(float* x, int64_t n, int root) = 0;
   // Ends the processes of every rank with `code` (after an error on this one).
   [[noreturn]] virtual void abort(int code) = 0;
 

@@ -41,46 +41,49 @@ void print_comm_stats() {
 
 }  // namespace
 
-TensorSplit join_tensor_parallel(int tp, const std::string& backend) {
-  const std::string flag = "--tp " + std::to_string(tp);
+ParallelLayout join_parallel(int tp, int pp, const std::string& backend) {
+  const char* option = pp > 1 ? "--pp" : "--tp";
+  const std::string flag = std::string(option) + " " + std::to_string(pp > 1 ? pp : tp);
   if (tp < 1) throw Error::invalid_request("--tp", "--tp must be at least 1");
+  if (pp < 1) throw Error::invalid_request("--pp", "--pp must be at least 1");
+  if (tp > 1 && pp > 1) {
+    throw Error::invalid_request("--pp", "--tp and --pp together are not built yet");
+  }
+  const int n = tp * pp;
   if (!built_with_mpi()) {
     throw Error::invalid_request(
-        "--tp", flag + ": this ember was built without MPI (install libopenmpi-dev, rebuild)");
+        option, flag + ": this ember was built without MPI (install libopenmpi-dev, rebuild)");
   }
   if (!launched_by_mpi()) {
-    throw Error::invalid_request("--tp", flag + " runs as " + std::to_string(tp) +
+    throw Error::invalid_request(option, flag + " runs as " + std::to_string(n) +
                                              " processes: start it with mpirun -np " +
-                                             std::to_string(tp) + " ember ...");
+                                             std::to_string(n) + " ember ...");
   }
   if (backend != "cpu" && backend != "reference") {
     throw Error::invalid_request(
-        "--tp", flag + " with --backend " + backend + " is not built yet (cpu and reference only)");
+        option, flag + " with --backend " + backend + " is not built yet (cpu and reference only)");
   }
   Communicator& w = world();
-  if (w.size() != tp) {
-    throw Error::invalid_request("--tp", flag + " but mpirun started " + std::to_string(w.size()) +
-                                             " processes (mpirun -np " + std::to_string(tp) + ")");
+  if (w.size() != n) {
+    throw Error::invalid_request(option, flag + " but mpirun started " + std::to_string(w.size()) +
+                                             " processes (mpirun -np " + std::to_string(n) + ")");
   }
-  return {w.rank(), w.size()};
+  ParallelLayout layout;
+  if (tp > 1) layout.tensor = {w.rank(), tp};
+  if (pp > 1) layout.pipeline = {w.rank(), pp};
+  return layout;
 }
 
-void attach_tensor_parallel(ModelWeights& weights) {
-  Communicator& w = world();
-  const uint64_t mine[2] = {weights.fingerprint, command_line_hash()};
-  std::vector<uint64_t> all(static_cast<size_t>(2 * w.size()));
-  w.all_gather(mine, sizeof mine, all.data());
-  for (int r = 1; r < w.size(); ++r) {
-    if (all[static_cast<size_t>(2 * r)] != all[0]) {
-      throw Error(ErrorKind::InvalidArgument,
-                  "--tp: rank " + std::to_string(r) + " opened a different model than rank 0");
-    }
-    if (all[static_cast<size_t>(2 * r + 1)] != all[1]) {
-      throw Error(ErrorKind::InvalidArgument,
-                  "--tp: rank " + std::to_string(r) +
-                      " was started with a different command line than rank 0");
-    }
-  }
+void cut_checkpoint(Checkpoint& ckpt, const ParallelLayout& layout) {
+  if (layout.tensor.size > 1) ckpt = shard_checkpoint(ckpt, layout.tensor);
+  if (layout.pipeline.stages > 1) ckpt = stage_checkpoint(ckpt, layout.pipeline);
+}
+
+namespace {
+
+// Tensor parallelism's hooks: the partial sums' all-reduce, and each rank's [rows, its part of
+// the vocabulary] of logits, padded to the same size, gathered into [rows, vocab].
+void attach_tensor_sums(ModelWeights& weights, Communicator& w) {
   weights.reduce_partial_sums = [&w](float* x, int64_t n) { w.all_reduce_sum(x, n); };
   // Logits: each rank's [rows, its vocabulary part], padded to the same size, gathered.
   const int64_t vocab = weights.config.vocab_size;
@@ -102,11 +105,42 @@ void attach_tensor_parallel(ModelWeights& weights) {
       }
     }
   };
+}
+
+}  // namespace
+
+void attach_parallel(ModelWeights& weights, const ParallelLayout& layout) {
+  Communicator& w = world();
+  const uint64_t mine[2] = {weights.fingerprint, command_line_hash()};
+  std::vector<uint64_t> all(static_cast<size_t>(2 * w.size()));
+  w.all_gather(mine, sizeof mine, all.data());
+  for (int r = 1; r < w.size(); ++r) {
+    if (all[static_cast<size_t>(2 * r)] != all[0]) {
+      throw Error(ErrorKind::InvalidArgument,
+                  "rank " + std::to_string(r) + " opened a different model than rank 0");
+    }
+    if (all[static_cast<size_t>(2 * r + 1)] != all[1]) {
+      throw Error(
+          ErrorKind::InvalidArgument,
+          "rank " + std::to_string(r) + " was started with a different command line than rank 0");
+    }
+  }
+  if (layout.pipeline.stages > 1) {
+    const int stage = layout.pipeline.stage, last = layout.pipeline.stages - 1;
+    if (stage > 0) {
+      weights.receive_hidden = [&w, stage](float* x, int64_t n) { w.receive(x, n, stage - 1); };
+    }
+    if (stage < last) {
+      weights.send_hidden = [&w, stage](const float* x, int64_t n) { w.send(x, n, stage + 1); };
+    }
+    weights.share_logits = [&w, last](float* logits, int64_t n) { w.broadcast(logits, n, last); };
+  }
+  if (layout.tensor.size > 1) attach_tensor_sums(weights, w);
   if (w.rank() == 0) std::atexit(print_comm_stats);
   if (w.rank() != 0) {
     std::fflush(stdout);
     if (std::freopen("/dev/null", "w", stdout) == nullptr) {
-      throw Error("--tp: rank " + std::to_string(w.rank()) + " cannot quiet its output");
+      throw Error("rank " + std::to_string(w.rank()) + " cannot quiet its output");
     }
   }
 }

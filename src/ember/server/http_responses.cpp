@@ -62,6 +62,8 @@ void HttpServer::respond_stream(const std::shared_ptr<Relay>& relay, httplib::Re
       "text/event-stream",
       [this, relay](size_t /*offset*/, httplib::DataSink& sink) {
         std::string out = next_events(*relay);
+        // The trace is complete before [DONE] reaches the client, which may ask for it at once.
+        if (relay->done) finish_trace(*relay);
         // A failed write is how a vanished client shows itself: stop generating for it.
         if (!out.empty() && !sink.write(out.data(), out.size())) {
           relay->cancel();
