@@ -1,9 +1,9 @@
 // `mpirun -np N ember run|score ... --tp N` (or --pp N) on one machine (OpenMPI's shared-memory
 // transport): logits within 1e-5 of one process's (the all-reduce adds the heads' partial sums in
-// another order) and the same greedy text, for stories260K at tp 2, tp 4 and pp 2 and the SmolLM2
-// shape (4 of its layers, f32) at tp 3 and pp 2; and the mistakes a user makes are one error that
-// ends every rank. Skips without MPI (a build without it, no mpirun) and under AddressSanitizer
-// (LeakSanitizer reports OpenMPI's own allocations at MPI_Init).
+// another order) and the same greedy text, for stories260K at tp 2, tp 4, pp 2 and tp 2 x pp 2 and
+// the SmolLM2 shape (4 of its layers, f32) at tp 3 and pp 2; and the mistakes a user makes are one
+// error that ends every rank. Skips without MPI (a build without it, no mpirun) and under
+// AddressSanitizer (LeakSanitizer reports OpenMPI's own allocations at MPI_Init).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -63,8 +63,11 @@ test::CommandResult mpirun_ember(int n, const std::string& args) {
 }
 
 // Greedy text and prompt logits of `model` in one process, then split over each of `tps`.
-// A split: "--tp" or "--pp" and its rank count.
-using Split = std::pair<std::string, int>;
+// A split: its flags ("--tp 2", "--tp 2 --pp 2") and the processes it takes.
+struct Split {
+  std::string flags;
+  int ranks;
+};
 
 void expect_split_runs_match(const std::string& model, const std::string& extra, int64_t vocab,
                              const std::vector<Split>& splits) {
@@ -80,17 +83,17 @@ void expect_split_runs_match(const std::string& model, const std::string& extra,
   ASSERT_EQ(scored.exit_code, 0) << scored.err;
   const std::vector<float> single = test::read_f32_file(single_logits);
   ASSERT_FALSE(single.empty());
-  for (const auto& [flag, n] : splits) {
-    SCOPED_TRACE(flag + " " + std::to_string(n));
-    const int tp = n;
-    const std::string split = base + " " + flag + " " + std::to_string(n);
-    auto run =
-        mpirun_ember(tp, "run " + split + " -p " + test::shell_quote(prompt) + " -n 24 --temp 0");
+  for (size_t i = 0; i < splits.size(); ++i) {
+    const auto& [flags, ranks] = splits[i];
+    SCOPED_TRACE(flags);
+    const std::string split = base + " " + flags;
+    auto run = mpirun_ember(
+        ranks, "run " + split + " -p " + test::shell_quote(prompt) + " -n 24 --temp 0");
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.out, one.out) << "only rank 0 prints, and it prints the same text";
-    const auto split_logits = dir / (flag.substr(2) + std::to_string(tp) + ".f32");
-    auto s = mpirun_ember(tp, "score " + split + " -q -p " + test::shell_quote(prompt) +
-                                  " --logits-out " + test::shell_quote(split_logits.string()));
+    const auto split_logits = dir / ("split" + std::to_string(i) + ".f32");
+    auto s = mpirun_ember(ranks, "score " + split + " -q -p " + test::shell_quote(prompt) +
+                                     " --logits-out " + test::shell_quote(split_logits.string()));
     ASSERT_EQ(s.exit_code, 0) << s.err;
     const std::vector<float> logits = test::read_f32_file(split_logits);
     ASSERT_EQ(logits.size(), single.size());
@@ -102,7 +105,8 @@ TEST(CliTensorParallel, Stories260KSplitByHeadsAndByLayersMatchesOneProcess) {
   EMBER_REQUIRE_MPI();
   const auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
-  expect_split_runs_match(model.string(), "", 512, {{"--tp", 2}, {"--tp", 4}, {"--pp", 2}});
+  expect_split_runs_match(model.string(), "", 512,
+                          {{"--tp 2", 2}, {"--tp 4", 4}, {"--pp 2", 2}, {"--tp 2 --pp 2", 4}});
 }
 
 // SmolLM2-135M's shape (d_model 576, 9 heads over 3 KV heads, d_ffn 1536, vocab 49,152) cut to
@@ -133,7 +137,7 @@ TEST(CliTensorParallel, SmolLM2ShapeSplitByHeadsAndByLayersMatchesOneProcess) {
                          test::shell_quote(gguf.string()) + " --gguf-dtype bf16 >/dev/null")
                             .c_str()),
             0);
-  expect_split_runs_match(gguf.string(), " --dtype f32", 49152, {{"--tp", 3}, {"--pp", 2}});
+  expect_split_runs_match(gguf.string(), " --dtype f32", 49152, {{"--tp 3", 3}, {"--pp 2", 2}});
 }
 
 TEST(CliTensorParallel, MistakesAreOneErrorOnEveryRank) {

@@ -30,6 +30,9 @@ class SingleProcess final : public Communicator {
   void receive(float*, int64_t, int) override {}
   void broadcast(float*, int64_t, int) override {}
   [[noreturn]] void abort(int code) override { std::exit(code); }
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<SingleProcess>();
+  }
 };
 
 #ifdef EMBER_MPI
@@ -41,19 +44,29 @@ int count_of(int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
-class MpiWorld final : public Communicator {
+// MPI_COMM_WORLD (made first: initialises MPI) or a part of it (split()).
+class MpiComm final : public Communicator {
  public:
-  MpiWorld() {
+  MpiComm() : comm_(MPI_COMM_WORLD) {
     int provided = 0;
     // Collectives come from whichever thread runs the engine, never two at once.
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (!finalized) MPI_Finalize();
     });
+  }
+  explicit MpiComm(MPI_Comm part) : comm_(part) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    MPI_Comm_split(comm_, color, key, &part);
+    return std::make_unique<MpiComm>(part);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -61,7 +74,7 @@ class MpiWorld final : public Communicator {
     const double start = MPI_Wtime();
     const int count = count_of(n, "sum");
     gathered_.resize(static_cast<size_t>(n) * static_cast<size_t>(size_));
-    MPI_Allgather(x, count, MPI_FLOAT, gathered_.data(), count, MPI_FLOAT, MPI_COMM_WORLD);
+    MPI_Allgather(x, count, MPI_FLOAT, gathered_.data(), count, MPI_FLOAT, comm_);
     for (int64_t i = 0; i < n; ++i) {
       float sum = gathered_[static_cast<size_t>(i)];
       for (int r = 1; r < size_; ++r) sum += gathered_[static_cast<size_t>(r * n + i)];
@@ -73,16 +86,16 @@ class MpiWorld final : public Communicator {
   }
   void all_gather(const void* mine, int64_t bytes, void* all) override {
     const int count = count_of(bytes, "gather");
-    MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, MPI_COMM_WORLD);
+    MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_);
   }
   void send(const float* x, int64_t n, int to) override {
-    MPI_Send(x, count_of(n, "send"), MPI_FLOAT, to, 0, MPI_COMM_WORLD);
+    MPI_Send(x, count_of(n, "send"), MPI_FLOAT, to, 0, comm_);
   }
   void receive(float* x, int64_t n, int from) override {
-    MPI_Recv(x, count_of(n, "receive"), MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Recv(x, count_of(n, "receive"), MPI_FLOAT, from, 0, comm_, MPI_STATUS_IGNORE);
   }
   void broadcast(float* x, int64_t n, int root) override {
-    MPI_Bcast(x, count_of(n, "broadcast"), MPI_FLOAT, root, MPI_COMM_WORLD);
+    MPI_Bcast(x, count_of(n, "broadcast"), MPI_FLOAT, root, comm_);
   }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -90,6 +103,7 @@ class MpiWorld final : public Communicator {
   }
 
  private:
+  MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<float> gathered_;
 };
@@ -121,7 +135,7 @@ Communicator& world() {
   std::unique_ptr<Communicator>& slot = world_slot();
   if (!slot) {
 #ifdef EMBER_MPI
-    if (launched_by_mpi()) slot = std::make_unique<MpiWorld>();
+    if (launched_by_mpi()) slot = std::make_unique<MpiComm>();
 #endif
     if (!slot) slot = std::make_unique<SingleProcess>();
   }

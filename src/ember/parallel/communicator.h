@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace ember::parallel {
 
@@ -33,6 +34,9 @@ class Communicator {
   virtual void broadcast(float* x, int64_t n, int root) = 0;
   // Ends the processes of every rank with `code` (after an error on this one).
   [[noreturn]] virtual void abort(int code) = 0;
+  // The ranks that give the same `color` as a communicator of their own, ranked by `key` (every
+  // rank calls it).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
  protected:
   CommStats stats_;

@@ -27,14 +27,21 @@ uint64_t command_line_hash() {
   return h;
 }
 
+// The ranks of this rank's pipeline stage, which split its heads (world() without --pp).
+std::unique_ptr<Communicator>& tensor_group() {
+  static std::unique_ptr<Communicator> group;
+  return group;
+}
+
 // Rank 0's line at exit: what the all-reduces cost.
 void print_comm_stats() {
-  const CommStats& s = world().stats();
+  if (!tensor_group()) return;
+  const CommStats& s = tensor_group()->stats();
   if (s.all_reduces == 0) return;
   std::fprintf(stderr,
                "[ember] tp %d: %lld all-reduces of %.1f KiB on average, %.1f us each, %.3f s in "
                "all (waiting for the other ranks included)\n",
-               world().size(), static_cast<long long>(s.all_reduces),
+               tensor_group()->size(), static_cast<long long>(s.all_reduces),
                s.bytes / static_cast<double>(s.all_reduces) / 1024.0,
                1e6 * s.seconds / static_cast<double>(s.all_reduces), s.seconds);
 }
@@ -46,9 +53,6 @@ ParallelLayout join_parallel(int tp, int pp, const std::string& backend) {
   const std::string flag = std::string(option) + " " + std::to_string(pp > 1 ? pp : tp);
   if (tp < 1) throw Error::invalid_request("--tp", "--tp must be at least 1");
   if (pp < 1) throw Error::invalid_request("--pp", "--pp must be at least 1");
-  if (tp > 1 && pp > 1) {
-    throw Error::invalid_request("--pp", "--tp and --pp together are not built yet");
-  }
   const int n = tp * pp;
   if (!built_with_mpi()) {
     throw Error::invalid_request(
@@ -68,9 +72,10 @@ ParallelLayout join_parallel(int tp, int pp, const std::string& backend) {
     throw Error::invalid_request(option, flag + " but mpirun started " + std::to_string(w.size()) +
                                              " processes (mpirun -np " + std::to_string(n) + ")");
   }
+  // Ranks stage by stage: rank = stage x tp + its place among the stage's tp ranks.
   ParallelLayout layout;
-  if (tp > 1) layout.tensor = {w.rank(), tp};
-  if (pp > 1) layout.pipeline = {w.rank(), pp};
+  if (tp > 1) layout.tensor = {w.rank() % tp, tp};
+  if (pp > 1) layout.pipeline = {w.rank() / tp, pp};
   return layout;
 }
 
@@ -125,17 +130,23 @@ void attach_parallel(ModelWeights& weights, const ParallelLayout& layout) {
           "rank " + std::to_string(r) + " was started with a different command line than rank 0");
     }
   }
+  const int tp = layout.tensor.size;
   if (layout.pipeline.stages > 1) {
+    // The same place in the previous and next stages; the last stage's first rank broadcasts.
     const int stage = layout.pipeline.stage, last = layout.pipeline.stages - 1;
+    const int prev = w.rank() - tp, next = w.rank() + tp, root = last * tp;
     if (stage > 0) {
-      weights.receive_hidden = [&w, stage](float* x, int64_t n) { w.receive(x, n, stage - 1); };
+      weights.receive_hidden = [&w, prev](float* x, int64_t n) { w.receive(x, n, prev); };
     }
     if (stage < last) {
-      weights.send_hidden = [&w, stage](const float* x, int64_t n) { w.send(x, n, stage + 1); };
+      weights.send_hidden = [&w, next](const float* x, int64_t n) { w.send(x, n, next); };
     }
-    weights.share_logits = [&w, last](float* logits, int64_t n) { w.broadcast(logits, n, last); };
+    weights.share_logits = [&w, root](float* logits, int64_t n) { w.broadcast(logits, n, root); };
   }
-  if (layout.tensor.size > 1) attach_tensor_sums(weights, w);
+  if (tp > 1) {
+    tensor_group() = w.split(layout.pipeline.stage, layout.tensor.rank);
+    attach_tensor_sums(weights, *tensor_group());
+  }
   if (w.rank() == 0) std::atexit(print_comm_stats);
   if (w.rank() != 0) {
     std::fflush(stdout);
