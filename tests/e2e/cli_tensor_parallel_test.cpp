@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "e2e/server_test_util.h"
 #include "ember/parallel/communicator.h"
 #include "test_util.h"
 
@@ -138,6 +139,38 @@ TEST(CliTensorParallel, SmolLM2ShapeSplitByHeadsAndByLayersMatchesOneProcess) {
                             .c_str()),
             0);
   expect_split_runs_match(gguf.string(), " --dtype f32", 49152, {{"--tp 3", 3}, {"--pp 2", 2}});
+
+  // A rank stopped (SIGSTOP) in the middle of a generation (3 s after the ranks start; 1,900
+  // tokens take longer): the others wait --rank-timeout 2 s in their next collective, say so, and
+  // the job ends on every rank (the stopped one too).
+  const std::string marker = "stalled-rank-test";
+  const std::string script =
+      "cd " + test::shell_quote(dir.string()) + " && start=$(date +%s%N); (timeout 60 mpirun " +
+      "--allow-run-as-root --oversubscribe -np 3 " + test::shell_quote(test::ember_binary()) +
+      " run -m " + test::shell_quote(gguf.string()) + " --dtype f32 -t 1 --tp 3 -c 2048 -n 1900" +
+      " --temp 0.8 --rank-timeout 2 -p " + marker + " >/dev/null 2>stall.err; echo $? >stall.rc; " +
+      "echo $(( ($(date +%s%N) - start) / 1000000 )) >stall.ms) & " +
+      "for i in $(seq 200); do ranks=$(for p in $(pgrep -x ember); do " + "grep -qa " + marker +
+      " /proc/$p/cmdline 2>/dev/null && echo $p; done); " +
+      "[ $(echo $ranks | wc -w) -eq 3 ] && break; sleep 0.05; done; sleep 3; " +
+      "kill -STOP $(echo $ranks | awk '{print $NF}'); wait; " +
+      "for p in $(pgrep -x ember); do grep -qa " + marker + " /proc/$p/cmdline 2>/dev/null && " +
+      "echo left $p; done; true";
+  std::string left;
+  ASSERT_EQ(test::run_shell(script, &left), 0);
+  EXPECT_EQ(left, "") << "ranks of the stalled job still running";
+  auto slurp = [&](const char* name) {
+    std::ifstream in(dir / name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_NE(std::atoi(slurp("stall.rc").c_str()), 0);
+  EXPECT_LT(std::atoi(slurp("stall.ms").c_str()), 20000) << "the job ended within the timeout";
+  // (Which wait it names depends on where the stop caught the others: the all-reduce, the
+  // logits' gather.)
+  EXPECT_NE(slurp("stall.err").find("the other ranks did not reach the "), std::string::npos)
+      << slurp("stall.err");
+  EXPECT_NE(slurp("stall.err").find(" within 2 s (one stopped, hung or died)"), std::string::npos)
+      << slurp("stall.err");
 }
 
 TEST(CliTensorParallel, MistakesAreOneErrorOnEveryRank) {

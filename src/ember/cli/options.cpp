@@ -54,6 +54,10 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
                  "(consecutive layers on each; the hidden states handed on, the last stage's "
                  "logits sent to all; run, score, bench)")
       ->capture_default_str();
+  app.add_option("--rank-timeout", o.rank_timeout,
+                 "With --tp/--pp: seconds a rank waits for the others in a step before the job "
+                 "ends with an error (a stopped or hung rank)")
+      ->capture_default_str();
   app.add_option("--draft-max", o.draft_max, "Speculative guesses per step (1..64)")
       ->capture_default_str();
   app.add_option("--draft", o.draft,
@@ -168,10 +172,14 @@ LoadedModel ModelOptions::load(bool need_tokenizer) const {
     throw Error::invalid_request(tp > 1 ? "--tp" : "--pp",
                                  "--tp/--pp with speculative decoding is not built yet");
   }
+  if (!(rank_timeout > 0)) {
+    throw Error::invalid_request("--rank-timeout", "--rank-timeout must be positive");
+  }
   const parallel::ParallelLayout layout = parallel::join_parallel(tp, pp, backend);
   lo.adapt_checkpoint = [layout](Checkpoint& c) { parallel::cut_checkpoint(c, layout); };
   LoadedModel m = load_model(lo);
   parallel::attach_parallel(m.weights, layout);
+  parallel::set_rank_timeout(rank_timeout);  // from here the ranks step together
   return m;
 }
 

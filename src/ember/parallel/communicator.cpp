@@ -1,11 +1,13 @@
 #include "ember/parallel/communicator.h"
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ember/core/error.h"
@@ -36,6 +38,8 @@ class SingleProcess final : public Communicator {
 };
 
 #ifdef EMBER_MPI
+double rank_timeout_seconds();
+
 int count_of(int64_t n, const char* what) {
   if (n < 0 || n > INT_MAX) {
     throw Error(std::string("MPI: a ") + what + " of " + std::to_string(n) +
@@ -74,7 +78,9 @@ class MpiComm final : public Communicator {
     const double start = MPI_Wtime();
     const int count = count_of(n, "sum");
     gathered_.resize(static_cast<size_t>(n) * static_cast<size_t>(size_));
-    MPI_Allgather(x, count, MPI_FLOAT, gathered_.data(), count, MPI_FLOAT, comm_);
+    MPI_Request request;
+    MPI_Iallgather(x, count, MPI_FLOAT, gathered_.data(), count, MPI_FLOAT, comm_, &request);
+    finish(request, "all-reduce");
     for (int64_t i = 0; i < n; ++i) {
       float sum = gathered_[static_cast<size_t>(i)];
       for (int r = 1; r < size_; ++r) sum += gathered_[static_cast<size_t>(r * n + i)];
@@ -86,16 +92,24 @@ class MpiComm final : public Communicator {
   }
   void all_gather(const void* mine, int64_t bytes, void* all) override {
     const int count = count_of(bytes, "gather");
-    MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_);
+    MPI_Request request;
+    MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_, &request);
+    finish(request, "all-gather");
   }
   void send(const float* x, int64_t n, int to) override {
-    MPI_Send(x, count_of(n, "send"), MPI_FLOAT, to, 0, comm_);
+    MPI_Request request;
+    MPI_Isend(x, count_of(n, "send"), MPI_FLOAT, to, 0, comm_, &request);
+    finish(request, "hand-off to the next stage");
   }
   void receive(float* x, int64_t n, int from) override {
-    MPI_Recv(x, count_of(n, "receive"), MPI_FLOAT, from, 0, comm_, MPI_STATUS_IGNORE);
+    MPI_Request request;
+    MPI_Irecv(x, count_of(n, "receive"), MPI_FLOAT, from, 0, comm_, &request);
+    finish(request, "hand-off from the previous stage");
   }
   void broadcast(float* x, int64_t n, int root) override {
-    MPI_Bcast(x, count_of(n, "broadcast"), MPI_FLOAT, root, comm_);
+    MPI_Request request;
+    MPI_Ibcast(x, count_of(n, "broadcast"), MPI_FLOAT, root, comm_, &request);
+    finish(request, "logits' broadcast");
   }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -103,10 +117,46 @@ class MpiComm final : public Communicator {
   }
 
  private:
+  // Waits for `request`, at most the rank timeout: past it the ranks are not all alive and
+  // stepping (one stopped, hung or died without an error), and the job ends on every rank.
+  void finish(MPI_Request& request, const char* what) {
+    if (rank_timeout_seconds() <= 0) {
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      return;
+    }
+    const double deadline = MPI_Wtime() + rank_timeout_seconds();
+    for (;;) {
+      int done = 0;
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (MPI_Wtime() > deadline) {
+        int world_rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        std::fprintf(stderr,
+                     "error: rank %d: the other ranks did not reach the %s within %.0f s (one "
+                     "stopped, hung or died); ending the job\n",
+                     world_rank, what, rank_timeout_seconds());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      std::this_thread::yield();
+    }
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<float> gathered_;
 };
+#endif
+
+double& rank_timeout() {
+  static double seconds = 0.0;  // none until the ranks step together
+  return seconds;
+}
+
+#ifdef EMBER_MPI
+double rank_timeout_seconds() {
+  return rank_timeout();
+}
 #endif
 
 std::unique_ptr<Communicator>& world_slot() {
@@ -115,6 +165,10 @@ std::unique_ptr<Communicator>& world_slot() {
 }
 
 }  // namespace
+
+void set_rank_timeout(double seconds) {
+  rank_timeout() = seconds;
+}
 
 bool built_with_mpi() {
 #ifdef EMBER_MPI

@@ -42,6 +42,12 @@ class Communicator {
   CommStats stats_;
 };
 
+// How long a rank waits in a collective or hand-off for the others (0, the default: no limit, as
+// while the ranks load): past it the job ends on every rank with an error naming the wait, so a
+// stopped or hung rank never leaves the others waiting forever. (A rank that dies makes mpirun end
+// the job at once.)
+void set_rank_timeout(double seconds);
+
 // Whether this ember was built with MPI (-DEMBER_MPI=ON found OpenMPI).
 bool built_with_mpi();
 // Whether an MPI launcher (mpirun) started this process, as its environment says.
