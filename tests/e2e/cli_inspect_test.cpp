@@ -78,6 +78,13 @@ TEST(CliInspect, FamiliesAndTheirFeatures) {
   EXPECT_NE(r.out.find("architecture: gemma2 (family gemma)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("attention soft-cap, logit soft-cap, sliding window 8"), std::string::npos)
       << r.out;
+  // 13 sliding layers hold the window (8 -> 16) plus 32 positions, the 13 global ones the 512
+  // of the context: 13 x (512 + 48) x 2 x 2 kv heads x 32 x 4 bytes.
+  EXPECT_NE(r.out.find("sliding window 8 on 13 of 26 layers, kept in a pool of their own: at most "
+                       "48 positions resident there per sequence; the global layers keep the "
+                       "whole context: 7,454,720 bytes (f32) for ctx 512 x batch 1"),
+            std::string::npos)
+      << r.out;
   r = test::run_ember("inspect " + zoo("gpt2.gguf") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);

@@ -82,6 +82,9 @@ struct KvShape {
   // K rows are stored rotated (kv_rotate(): H k) and attention rotates each query the same way;
   // for quantized K, where it lowers the error (--kv-rotate).
   bool rotate_k = false;
+  // The storage of a model's sliding-window layers kept apart from its global ones (Gemma 2/3,
+  // backend/kv_cache.h): indexed by BatchSequence::window_block_table instead of block_table.
+  bool window_table = false;
 
   void set_dtype(DType both) { k_dtype = v_dtype = both; }
   // Bytes of one token's K (V) row of one kv head, scales included.
@@ -115,6 +118,11 @@ class KvStorage {
   KvShape shape_;
 };
 
+// The block table through which `seq`'s tokens reach `kv` (KvShape::window_table).
+inline const int32_t* block_table_of(const BatchSequence& seq, const KvStorage& kv) {
+  return kv.shape().window_table ? seq.window_block_table : seq.block_table;
+}
+
 // A float buffer in a backend's memory (see the file comment).
 class Activations {
  public:
@@ -142,6 +150,9 @@ class Backend {
   // Whether `p` lies in memory this backend allocated for weights (not in a file mapping).
   virtual bool owns_weight(const void* p) const = 0;
   virtual std::unique_ptr<KvStorage> allocate_kv(const KvShape& shape) = 0;
+  // Whether store_kv/attention read KvShape::window_table storages (a model's sliding-window
+  // layers in a pool of their own); false keeps every layer in one storage.
+  virtual bool supports_window_tables() const { return true; }
   // Makes `buffer` hold at least `floats` floats (contents are not kept when it grows).
   void reserve(Activations& buffer, int64_t floats);
   // `n` floats of backend memory as host memory: the memory itself where the host can read it,

@@ -14,6 +14,9 @@ struct BatchSequence {
   const int32_t* block_table = nullptr;  // covers start_position + n_tokens positions
   int64_t start_position = 0;
   int64_t n_tokens = 0;
+  // The sequence's table in the KV storage of a model's sliding-window layers when they are kept
+  // apart from its global layers (KvShape::window_table, backend/kv_cache.h); null otherwise.
+  const int32_t* window_block_table = nullptr;
 };
 
 struct Batch {

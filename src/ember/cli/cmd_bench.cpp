@@ -289,7 +289,7 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
   run.copied_bytes = model.weights.copied_matrix_bytes();
   const std::span<const int64_t> load = engine.runner().expert_load();
   run.expert_load.assign(load.begin(), load.end());
-  run.kv_bytes_per_token = engine.runner().kv_shape().bytes_per_token();
+  run.kv_bytes_per_token = engine.runner().kv_bytes_per_token();
   run.spec = engine.speculative_stats();
   run.backend = model.weights.backend->info();
   run.interleaved = !model.weights.layers.empty() &&

@@ -286,8 +286,20 @@ void print_text(const Checkpoint& ckpt, const std::vector<TensorRow>& rows, cons
         (long long)cw.sliding_window, (long long)resident,
         with_commas(t.kv_per_token.at("f32") * resident * o.batch).c_str(), (long long)o.batch);
   } else if (cw.sliding_window > 0) {
-    std::printf("  sliding window %lld on some layers: the global layers keep the whole context\n",
-                (long long)cw.sliding_window);
+    // The sliding layers' K/V sits in a pool of its own whose passed blocks go back (the window,
+    // the block being written and one a chunk may reach into); the global layers keep the context.
+    const CapacityPlanInput in = capacity_input(cw, t.ctx, o.batch, DType::F32);
+    const int64_t resident = std::min<int64_t>(t.ctx, (cw.sliding_window + 15) / 16 * 16 + 32);
+    const int64_t per_layer = t.kv_per_token.at("f32") / std::max<int64_t>(1, cw.n_layers);
+    const int64_t bytes = per_layer *
+                          ((cw.n_layers - in.window_layers) * t.ctx + in.window_layers * resident) *
+                          o.batch;
+    std::printf(
+        "  sliding window %lld on %lld of %lld layers, kept in a pool of their own: at most %lld "
+        "positions resident there per sequence; the global layers keep the whole context: %s "
+        "bytes (f32) for ctx %lld x batch %lld\n",
+        (long long)cw.sliding_window, (long long)in.window_layers, (long long)cw.n_layers,
+        (long long)resident, with_commas(bytes).c_str(), (long long)t.ctx, (long long)o.batch);
   }
   if (o.metadata && ckpt.gguf) {
     std::printf("\nmetadata:\n");

@@ -306,6 +306,17 @@ int serve_command(const ServeOptions& o) {
                kv_sizing.c_str(), static_cast<long long>(kv.n_blocks * kv.block_size),
                static_cast<long long>(kv.n_blocks * kv.block_size /
                                       std::max<int64_t>(1, engine.engine().max_context())));
+  if (const KvBlockManager* window = engine.engine().window_kv(); window != nullptr) {
+    std::fprintf(
+        stderr,
+        "[ember] KV pool of the sliding-window layers (window %lld) %s: %lld blocks, "
+        "their blocks behind each window given back\n",
+        static_cast<long long>(engine.engine().runner().window_layers_window()),
+        format_bytes(static_cast<double>(window->n_blocks() *
+                                         engine.engine().runner().window_kv_bytes_per_block()))
+            .c_str(),
+        static_cast<long long>(window->n_blocks()));
+  }
   print_serve_plan(model, engine, so, o);
   std::fprintf(stderr, "listening on %s://%s:%d\n", o.ssl_cert.empty() ? "http" : "https",
                o.host.c_str(), port);

@@ -71,7 +71,7 @@ int trace_command(const TraceCommandOptions& o) {
   TraceContext context;
   context.model_name = model.checkpoint.path;
   context.weight_dtype = dtype_name(model.weights.matrix_dtype());
-  context.kv = engine.runner().kv_shape();
+  context.kv = engine.runner().kv_shape_of_every_layer();
   context.tokenizer = &tok;
   context.machine = measure_trace_machine(*model.weights.backend, !o.no_probe, o.probe_mb);
 

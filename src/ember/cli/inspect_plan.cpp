@@ -64,9 +64,14 @@ void print_plan_text(const CapacityPlanInput& in, const CapacityPlan& p, const P
     std::printf("; with full multi-head KV it would be %s",
                 format_bytes(p.kv_bytes_per_token_mha).c_str());
   }
+  std::string resident = in.sliding_window > 0 ? " (every layer's window)" : "";
+  if (in.window_layers > 0) {
+    resident = " (" + std::to_string(in.window_layers) + " sliding layers hold their window of " +
+               std::to_string(in.layer_window) + ")";
+  }
   std::printf("\n  KV per sequence      %s for %lld resident tokens%s\n",
               format_bytes(p.kv_bytes_per_sequence).c_str(), (long long)p.resident_tokens,
-              in.sliding_window > 0 ? " (every layer's window)" : "");
+              resident.c_str());
   std::printf("  KV for the batch     %s", format_bytes(p.kv_bytes_total).c_str());
   if (in.n_kv_heads != in.n_heads) {
     std::printf(" (multi-head equivalent %s)", format_bytes(p.kv_bytes_total_mha).c_str());

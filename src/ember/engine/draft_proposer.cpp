@@ -40,6 +40,7 @@ EngineOptions draft_kv_options(const EngineOptions& target, int64_t n_blocks) {
   o.kv_blocks = n_blocks;
   o.prefix_caching = false;
   o.kv_tiers = {};
+  o.release_window_blocks = false;  // one pool for every layer: the proposer keeps one table
   return o;
 }
 

@@ -60,16 +60,28 @@ std::vector<int32_t> end_of_generation_tokens(const Tokenizer* tokenizer) {
   return out;
 }
 
-// The scheduler's settings, with the window whose passed blocks it gives back when every layer
-// of the model slides (Gemma's global layers need every position: nothing is given back there).
-SchedulerConfig scheduler_config(const ModelWeights& weights, const LLMEngineOptions& options) {
+// The scheduler's settings, with the window whose passed blocks it gives back: in the one pool
+// when every layer of the model slides, in the window layers' own pool when the runner keeps them
+// apart from global layers (Gemma 2/3), whose blocks keep every position.
+SchedulerConfig scheduler_config(const ModelWeights& weights, const LLMEngineOptions& options,
+                                 const ModelRunner& runner) {
   SchedulerConfig s = options.scheduler;
   const ModelConfig& c = weights.config;
   if (options.engine.release_window_blocks && c.sliding_window > 0 &&
       c.sliding_window_pattern <= 1) {
     s.sliding_window = c.sliding_window;
   }
+  s.window_layers_window = runner.window_layers_window();
+  s.window_pool_blocks = runner.window_pool_blocks();
   return s;
+}
+
+// The runner's options: the step and guess sizes that size a window layers' pool.
+EngineOptions runner_options(const LLMEngineOptions& options) {
+  EngineOptions o = options.engine;
+  o.max_step_tokens = options.scheduler.max_batched_tokens;
+  o.max_draft_tokens = options.speculative.enabled() ? options.speculative.draft_max : 0;
+  return o;
 }
 
 void check_speculative_options(const ModelWeights& weights, const LLMEngineOptions& options) {
@@ -86,13 +98,6 @@ void check_speculative_options(const ModelWeights& weights, const LLMEngineOptio
                                  "--lookup and a draft model (--draft, --draft-dtype, "
                                  "--draft-layers) are alternatives: choose one proposer");
   }
-  if (spec.enabled() && scheduler_config(weights, options).sliding_window > 0) {
-    // The blocks behind the window are given back as the cache grows; guesses that are then cut
-    // off would have moved the window too far.
-    throw Error::invalid_request(spec.uses_draft() ? "--draft" : "--lookup",
-                                 "speculative decoding is not supported yet with a model whose "
-                                 "every layer has a sliding window");
-  }
 }
 
 }  // namespace
@@ -101,8 +106,8 @@ LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
                      const LLMEngineOptions& options)
     : tokenizer_(tokenizer),
       end_of_generation_(end_of_generation_tokens(tokenizer)),
-      runner_(weights, options.engine),
-      scheduler_(scheduler_config(weights, options), runner_.kv_shape().n_blocks,
+      runner_(weights, runner_options(options)),
+      scheduler_(scheduler_config(weights, options, runner_), runner_.kv_shape().n_blocks,
                  runner_.kv_shape().block_size, options.engine.prefix_caching),
       speculative_(options.speculative) {
   check_speculative_options(weights, options);
@@ -159,7 +164,11 @@ int64_t LLMEngine::max_request_tokens() const {
 }
 
 int64_t LLMEngine::kv_bytes_in_use() const {
-  return kv().used_blocks() * runner_.kv_shape().bytes_per_block();
+  int64_t bytes = kv().used_blocks() * runner_.kv_shape().bytes_per_block();
+  if (window_kv() != nullptr) {
+    bytes += window_kv()->used_blocks() * runner_.window_kv_bytes_per_block();
+  }
+  return bytes;
 }
 
 std::unique_ptr<Sequence> LLMEngine::make_sequence(GenerationRequest request) const {
@@ -244,13 +253,14 @@ void LLMEngine::resume_session(Sequence& seq) {
          cache.tokens[static_cast<size_t>(common)] == seq.tokens[static_cast<size_t>(common)]) {
     ++common;
   }
-  if (KvBlockManager::has_released_blocks(cache.table)) {
-    // A sliding window gave part of it back: recompute rather than read around the holes.
-    scheduler_.release(cache.table);
+  if (!scheduler_.can_resume(cache.table, cache.window_table, common)) {
+    // A sliding window gave back blocks the next token reads: recompute.
+    scheduler_.release(cache.table, cache.window_table);
     return;
   }
-  scheduler_.truncate(cache.table, common);
+  scheduler_.truncate(cache.table, cache.window_table, common);
   seq.block_table = std::move(cache.table);
+  seq.window_table = std::move(cache.window_table);
   seq.n_cached = common;
   seq.cached_prompt_tokens = common;
   seq.prefix_looked_up = true;
@@ -261,13 +271,14 @@ void LLMEngine::keep_session(Sequence* seq) {
   std::unique_ptr<Sequence> done = scheduler_.remove(seq, /*keep_blocks=*/true);
   SessionCache& cache = sessions_[done->request.session];
   cache.table = std::move(done->block_table);
+  cache.window_table = std::move(done->window_table);
   cache.tokens.assign(done->tokens.begin(), done->tokens.begin() + done->n_cached);
 }
 
 void LLMEngine::end_session(int64_t session) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
-  scheduler_.release(it->second.table);
+  scheduler_.release(it->second.table, it->second.window_table);
   sessions_.erase(it);
 }
 
@@ -350,7 +361,8 @@ void LLMEngine::build_batch(const std::vector<ScheduledChunk>& chunks) {
     const auto first_row = static_cast<int32_t>(batch_.tokens.size());
     const auto begin = s.tokens.begin() + s.n_cached;
     batch_.tokens.insert(batch_.tokens.end(), begin, begin + c.n_tokens);
-    batch_.sequences.push_back({s.block_table.blocks.data(), s.n_cached, c.n_tokens});
+    batch_.sequences.push_back(
+        {s.block_table.blocks.data(), s.n_cached, c.n_tokens, s.window_table.blocks.data()});
     const bool prompt_chunk = !s.prefilled();
     const bool all_rows = s.request.wants_prompt_logit_rows() && prompt_chunk;
     // A chunk with guesses: a row for the last sampled token and one per guess.

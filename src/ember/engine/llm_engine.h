@@ -81,6 +81,8 @@ class LLMEngine {
     runner_.set_observer(observer);
   }
   const KvBlockManager& kv() const { return scheduler_.kv(); }
+  // The sliding-window layers' pool when the model keeps them apart (Gemma 2/3), else null.
+  const KvBlockManager* window_kv() const { return scheduler_.window_kv(); }
   int64_t kv_bytes_in_use() const;
   // Moves every cached block no sequence holds out of the pool into the offload tiers (bench: a
   // prefix restored from a tier; shutdown). No-op without tiers.
@@ -131,6 +133,7 @@ class LLMEngine {
   // What a session kept of its last request: the blocks and the tokens whose K/V they hold.
   struct SessionCache {
     KvBlockTable table;
+    KvBlockTable window_table;
     std::vector<int32_t> tokens;
   };
 

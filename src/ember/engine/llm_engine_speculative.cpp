@@ -139,7 +139,7 @@ void LLMEngine::verify_drafts(Sequence& s, std::span<const float> rows) {
   s.n_draft = 0;
   s.draft_q.clear();
   s.n_cached = real_end + kept;
-  scheduler_.truncate(s.block_table, s.n_cached);
+  scheduler_.truncate(s.block_table, s.window_table, s.n_cached);
   for (size_t j = 0; j < chosen.size(); ++j) {
     if (!emit_token(s, chosen[j], rows.subspan(j * V, V))) return;  // finished: s is gone
   }

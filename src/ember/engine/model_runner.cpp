@@ -34,6 +34,32 @@ KvShape make_kv_shape(const ModelWeights& w, const EngineOptions& o, int64_t con
   return s;
 }
 
+// Gemma 2/3: sliding-window layers interleaved with global ones get a storage of their own
+// (kv_cache.h) unless the options keep every layer together: a backend that reads one block table
+// per sequence, or offload tiers (they copy whole blocks of the one pool).
+bool keeps_window_layers_apart(const ModelWeights& w, const EngineOptions& o) {
+  const ModelConfig& c = w.config;
+  return c.sliding_window > 0 && c.sliding_window_pattern > 1 && o.release_window_blocks &&
+         !o.kv_tiers.enabled() && w.backend->supports_window_tables();
+}
+
+// Blocks the window layers' pool needs so that it never runs short before the main pool: each
+// sequence keeps its window (plus guesses not yet verified) and a partial block at each end, and
+// one step writes at most max_step_tokens new positions in all. Never more than the main pool.
+int64_t window_pool_size(const EngineOptions& o, const KvShape& main, int64_t window) {
+  const int64_t bs = o.block_size;
+  const int64_t per_sequence = (window + o.max_draft_tokens + bs - 1) / bs + 2;
+  const int64_t blocks =
+      std::max<int64_t>(1, o.max_sequences) * per_sequence + (o.max_step_tokens + bs - 1) / bs;
+  return std::min(main.n_blocks, blocks);
+}
+
+std::vector<bool> windowed_layers(const ModelConfig& c) {
+  std::vector<bool> windowed;
+  for (int64_t l = 0; l < c.n_layers; ++l) windowed.push_back(c.layer_window(l) > 0);
+  return windowed;
+}
+
 }  // namespace
 
 std::string EngineOptions::kv_dtype_label() const {
@@ -46,12 +72,18 @@ std::string EngineOptions::kv_dtype_label() const {
 ModelRunner::ModelRunner(const ModelWeights& weights, const EngineOptions& options)
     : weights_(weights),
       max_context_(resolve_context(weights, options)),
-      kv_(weights.backend->allocate_kv(make_kv_shape(weights, options, max_context_))),
+      window_(keeps_window_layers_apart(weights, options) ? weights.config.sliding_window : 0),
+      window_blocks_(
+          window_ > 0
+              ? window_pool_size(options, make_kv_shape(weights, options, max_context_), window_)
+              : 0),
+      kv_(*weights.backend, make_kv_shape(weights, options, max_context_),
+          window_ > 0 ? windowed_layers(weights.config) : std::vector<bool>{}, window_blocks_),
       model_(make_model(weights)) {}
 
 std::span<const float> ModelRunner::run(Batch& batch) {
   batch.finalize();
-  return model_->forward(batch, *kv_);
+  return model_->forward(batch, kv_);
 }
 
 }  // namespace ember

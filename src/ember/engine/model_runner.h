@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ember/backend/backend.h"
+#include "ember/backend/kv_cache.h"
 #include "ember/kv/kv_tier_store.h"
 #include "ember/model/model.h"
 #include "ember/model/weights.h"
@@ -35,8 +36,14 @@ struct EngineOptions {
   // "q8_0", or "q8_0/f16" when K and V differ.
   std::string kv_dtype_label() const;
   // Models whose every layer has a sliding window: blocks the window has passed go back to the
-  // pool (false keeps every block, for tests that compare the two).
+  // pool. Models whose sliding layers are interleaved with global ones (Gemma 2/3): the sliding
+  // layers' K/V in a pool of their own (backend/kv_cache.h) whose passed blocks go back. False
+  // keeps every block of every layer in one pool, for tests that compare the two.
   bool release_window_blocks = true;
+  // Tokens one step writes at most (the scheduler's max_batched_tokens), and the most speculative
+  // guesses a sequence carries: with the window pool above, they size it.
+  int64_t max_step_tokens = 512;
+  int64_t max_draft_tokens = 0;
 };
 
 class ModelRunner {
@@ -48,8 +55,26 @@ class ModelRunner {
   std::span<const float> run(Batch& batch);
 
   const ModelWeights& weights() const { return weights_; }
-  const KvShape& kv_shape() const { return kv_->shape(); }
-  KvStorage& kv_storage() { return *kv_; }
+  // The storage of every layer, or of the global layers when the sliding-window layers have their
+  // own (window_kv_shape()): the pool the scheduler's main block manager keeps books of.
+  const KvShape& kv_shape() const { return kv_.shape(); }
+  KvStorage& kv_storage() { return kv_.main(); }
+  // kv_shape() as if every layer were in it (the per-token formula a trace compares with).
+  KvShape kv_shape_of_every_layer() const {
+    KvShape s = kv_.shape();
+    s.n_layers = weights_.config.n_layers;
+    s.window_table = false;
+    return s;
+  }
+  // When the sliding-window layers are kept apart (kv_cache.h): their window and the blocks of
+  // their pool, which the scheduler's window block manager keeps books of; 0 otherwise.
+  int64_t window_layers_window() const { return window_; }
+  int64_t window_pool_blocks() const { return window_blocks_; }
+  // K + V bytes of one token in every layer, and of one block of the window layers' pool.
+  int64_t kv_bytes_per_token() const { return kv_.bytes_per_token(); }
+  int64_t window_kv_bytes_per_block() const {
+    return kv_.window() != nullptr ? kv_.window()->shape().bytes_per_block() : 0;
+  }
   int64_t max_context() const { return max_context_; }
   int64_t vocab_size() const { return weights_.config.vocab_size; }
   int n_threads() const { return weights_.backend->info().threads; }
@@ -63,7 +88,9 @@ class ModelRunner {
  private:
   const ModelWeights& weights_;
   int64_t max_context_;
-  std::unique_ptr<KvStorage> kv_;
+  int64_t window_ = 0;
+  int64_t window_blocks_ = 0;
+  KvCache kv_;
   std::unique_ptr<Model> model_;
 };
 

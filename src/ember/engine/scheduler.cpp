@@ -6,15 +6,70 @@ namespace ember {
 
 Scheduler::Scheduler(const SchedulerConfig& config, int64_t n_blocks, int64_t block_size,
                      bool prefix_caching)
-    : config_(config), kv_(n_blocks, block_size, prefix_caching) {}
+    : config_(config), kv_(n_blocks, block_size, prefix_caching) {
+  if (config.window_layers_window > 0) {
+    window_kv_.emplace(config.window_pool_blocks, block_size, prefix_caching);
+  }
+}
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
   waiting_.push_back(std::move(seq));
 }
 
+void Scheduler::release(KvBlockTable& table, KvBlockTable& window_table) {
+  kv_.release(table);  // full blocks stay in the prefix cache, if enabled
+  if (window_kv_) window_kv_->release(window_table);
+}
+
+void Scheduler::truncate(KvBlockTable& table, KvBlockTable& window_table, int64_t n_tokens) {
+  kv_.truncate(table, n_tokens);
+  if (window_kv_) window_kv_->truncate(window_table, n_tokens);
+}
+
+bool Scheduler::can_resume(const KvBlockTable& table, const KvBlockTable& window_table,
+                           int64_t n_tokens) const {
+  // The next token (position n_tokens) attends from n_tokens - window + 1 on.
+  const int64_t begin = config_.sliding_window > 0 ? n_tokens - config_.sliding_window + 1 : 0;
+  if (!kv_.holds_positions(table, begin, n_tokens)) return false;
+  return !window_kv_ || window_kv_->holds_positions(
+                            window_table, n_tokens - config_.window_layers_window + 1, n_tokens);
+}
+
 void Scheduler::release(Sequence& seq) {
-  kv_.release(seq.block_table);  // full blocks stay in the prefix cache, if enabled
+  release(seq.block_table, seq.window_table);
   seq.n_cached = 0;
+}
+
+bool Scheduler::fits(const Sequence& seq, int64_t n_tokens) const {
+  if (kv_.blocks_needed(seq.block_table, n_tokens) > kv_.available_blocks()) return false;
+  return !window_kv_ ||
+         window_kv_->blocks_needed(seq.window_table, n_tokens) <= window_kv_->available_blocks();
+}
+
+void Scheduler::reserve(Sequence& seq, int64_t n_tokens) {
+  kv_.reserve(seq.block_table, n_tokens);
+  if (window_kv_) window_kv_->reserve(seq.window_table, n_tokens);
+}
+
+int64_t Scheduler::chunk_capacity(const Sequence& seq, int64_t n) const {
+  // Whole blocks past what each table holds.
+  const auto capacity = [&](const KvBlockManager& kv, const KvBlockTable& table) {
+    return (static_cast<int64_t>(table.blocks.size()) + kv.available_blocks()) * kv.block_size();
+  };
+  n = std::min(n, capacity(kv_, seq.block_table) - seq.n_cached);
+  if (window_kv_) n = std::min(n, capacity(*window_kv_, seq.window_table) - seq.n_cached);
+  return n;
+}
+
+int64_t Scheduler::match_prefix(Sequence& seq) {
+  const int64_t n = kv_.match_prefix(seq.block_table, seq.tokens);
+  if (!window_kv_ || n == 0) return n;
+  // The window pool may have given back or evicted blocks the main pool still caches: the prefix
+  // is the longest cut both hold (the window pool only the blocks the next token's window needs).
+  const int64_t cut =
+      window_kv_->match_window(seq.window_table, seq.tokens, n, config_.window_layers_window);
+  if (cut < n) kv_.truncate(seq.block_table, cut);
+  return cut;
 }
 
 void Scheduler::preempt(size_t index) {
@@ -52,7 +107,7 @@ void Scheduler::schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& b
       }
       const int64_t n = std::min(s->pending_tokens(), budget);
       bool self_preempted = false;
-      while (kv_.blocks_needed(s->block_table, s->n_cached + n) > kv_.available_blocks()) {
+      while (!fits(*s, s->n_cached + n)) {
         const size_t youngest = running_.size() - 1;
         if (running_[youngest].get() == s) {
           preempt(youngest);
@@ -69,7 +124,7 @@ void Scheduler::schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& b
         preempt(youngest);
       }
       if (self_preempted) break;  // s was the youngest: nothing after it is running
-      kv_.reserve(s->block_table, s->n_cached + n);
+      reserve(*s, s->n_cached + n);
       chunks.push_back({s, n, n == s->pending_tokens()});
       budget -= n;
       ++i;
@@ -88,17 +143,13 @@ void Scheduler::schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& b
       // position: such requests take no prefix (prompt_logits rows start after a cached prefix,
       // which the tests of the tiers rely on).
       const bool whole = s->request.prompt_logprobs >= 0 || s->request.observer != nullptr;
-      s->n_cached = whole ? 0 : kv_.match_prefix(s->block_table, s->tokens);
+      s->n_cached = whole ? 0 : match_prefix(*s);
       if (!s->scheduled_once) s->cached_prompt_tokens = std::min(s->n_cached, s->n_prompt);
       s->prefix_looked_up = true;
     }
     int64_t n = std::min(s->pending_tokens(), budget);
-    if (kv_.blocks_needed(s->block_table, s->n_cached + n) > kv_.available_blocks()) {
-      // Shrink the chunk to the blocks there are (whole blocks past what the table holds).
-      const int64_t capacity =
-          (static_cast<int64_t>(s->block_table.blocks.size()) + kv_.available_blocks()) *
-          kv_.block_size();
-      n = std::min(n, capacity - s->n_cached);
+    if (!fits(*s, s->n_cached + n)) {
+      n = chunk_capacity(*s, n);  // shrink the chunk to the blocks there are
       if (n <= 0) {
         if (running_.empty() && chunks.empty()) {
           // Even an empty pool cannot hold it: fail the request instead of waiting forever.
@@ -116,7 +167,7 @@ void Scheduler::schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& b
         break;
       }
     }
-    kv_.reserve(s->block_table, s->n_cached + n);
+    reserve(*s, s->n_cached + n);
     s->scheduled_once = true;
     chunks.push_back({s, n, n == s->pending_tokens()});
     budget -= n;
@@ -132,11 +183,17 @@ void Scheduler::schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& b
 void Scheduler::commit(const ScheduledChunk& chunk) {
   Sequence& s = *chunk.seq;
   s.n_cached += chunk.n_tokens;
-  kv_.commit(s.block_table,
-             std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.n_cached)));
-  // The next token (position n_cached) attends from n_cached - window + 1 on.
+  const auto cached = std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.n_cached));
+  kv_.commit(s.block_table, cached);
+  if (window_kv_) window_kv_->commit(s.window_table, cached);
+  // The next token (position n_cached) attends from n_cached - window + 1 on; the step's guesses
+  // may all be rejected, so the window is kept from the last sampled token's position.
+  const int64_t next = s.n_cached - s.n_draft;
   if (config_.sliding_window > 0) {
-    kv_.release_before(s.block_table, s.n_cached - config_.sliding_window + 1);
+    kv_.release_before(s.block_table, next - config_.sliding_window + 1);
+  }
+  if (window_kv_) {
+    window_kv_->release_before(s.window_table, next - config_.window_layers_window + 1);
   }
 }
 

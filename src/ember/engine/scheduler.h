@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ember/engine/sequence.h"
@@ -24,6 +25,11 @@ struct SchedulerConfig {
   // sequence's window has passed go back to the pool after each step, so its KV memory stays
   // bounded by the window however long it generates.
   int64_t sliding_window = 0;
+  // > 0 when a model's sliding-window layers keep their K/V in a pool of their own (Gemma 2/3,
+  // backend/kv_cache.h): each sequence's window table there gives back the blocks its window has
+  // passed, while its main table keeps every position for the global layers.
+  int64_t window_layers_window = 0;
+  int64_t window_pool_blocks = 0;
 };
 
 // What one sequence runs in the next step: its next n_tokens pending tokens.
@@ -48,11 +54,18 @@ class Scheduler {
   // Removes a running or waiting sequence and frees its blocks (or leaves them in its block table,
   // for a session to keep).
   std::unique_ptr<Sequence> remove(Sequence* seq, bool keep_blocks = false);
-  // A session's kept blocks: cut to the first n_tokens positions, or given back.
-  void truncate(KvBlockTable& table, int64_t n_tokens) { kv_.truncate(table, n_tokens); }
-  void release(KvBlockTable& table) { kv_.release(table); }
+  // A sequence's (or a session's kept) blocks, main and window tables: cut to the first n_tokens
+  // positions, or given back.
+  void truncate(KvBlockTable& table, KvBlockTable& window_table, int64_t n_tokens);
+  void release(KvBlockTable& table, KvBlockTable& window_table);
+  // Whether tables holding n_tokens positions still hold every block a token at position n_tokens
+  // attends to (a sliding window may have given back some the new token needs).
+  bool can_resume(const KvBlockTable& table, const KvBlockTable& window_table,
+                  int64_t n_tokens) const;
 
   const KvBlockManager& kv() const { return kv_; }
+  // The window layers' pool, null unless the model keeps them apart.
+  const KvBlockManager* window_kv() const { return window_kv_ ? &*window_kv_ : nullptr; }
   void set_spill(KvBlockSpill* spill) { kv_.set_spill(spill); }
   void spill_cached() { kv_.spill_cached(); }
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
@@ -66,9 +79,18 @@ class Scheduler {
   void schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& budget,
                         std::vector<std::unique_ptr<Sequence>>& failed);
   void release(Sequence& seq);
+  // Whether both pools can grow seq's tables to cover n_tokens positions, and growing them.
+  bool fits(const Sequence& seq, int64_t n_tokens) const;
+  void reserve(Sequence& seq, int64_t n_tokens);
+  // The longest chunk (<= n) the pools' free blocks let a waiting sequence run.
+  int64_t chunk_capacity(const Sequence& seq, int64_t n) const;
+  // A waiting sequence's cached prefix in both pools (window pool: only the blocks its window
+  // needs); returns the tokens cached.
+  int64_t match_prefix(Sequence& seq);
 
   SchedulerConfig config_;
   KvBlockManager kv_;
+  std::optional<KvBlockManager> window_kv_;
   std::vector<std::unique_ptr<Sequence>> running_;  // arrival order
   std::deque<std::unique_ptr<Sequence>> waiting_;   // arrival order (preempted ones first)
   uint64_t preemptions_ = 0;

@@ -41,6 +41,9 @@ struct Sequence {
   int32_t spec_backoff = 0;
   int32_t spec_wait = 0;
   KvBlockTable block_table;
+  // Its table in the pool of the sliding-window layers when the model keeps them apart (Gemma
+  // 2/3, backend/kv_cache.h): blocks before the window are -1 (given back); empty otherwise.
+  KvBlockTable window_table;
 
   int64_t prompt_logit_rows_sent = 0;  // GenerationRequest::prompt_logits
   int64_t cached_prompt_tokens = 0;    // prompt tokens found in the prefix cache (first schedule)

@@ -38,6 +38,10 @@ CapacityPlanInput capacity_input(const ModelConfig& c, int64_t ctx, int64_t batc
   in.batch = batch;
   in.kv_dtype = kv_dtype;
   if (c.sliding_window > 0 && c.sliding_window_pattern <= 1) in.sliding_window = c.sliding_window;
+  if (c.sliding_window > 0 && c.sliding_window_pattern > 1) {
+    for (int64_t l = 0; l < c.n_layers; ++l) in.window_layers += c.layer_window(l) > 0 ? 1 : 0;
+    in.layer_window = c.sliding_window;
+  }
   return in;
 }
 
@@ -53,10 +57,19 @@ CapacityPlan plan_capacity(const CapacityPlanInput& in) {
   p.kv_bytes_per_token = static_cast<double>(in.n_layers * in.n_kv_heads) * head_bytes;
   p.kv_bytes_per_token_mha = static_cast<double>(in.n_layers * in.n_heads) * head_bytes;
   p.resident_tokens = in.sliding_window > 0 ? std::min(in.ctx, in.sliding_window) : in.ctx;
-  p.kv_bytes_per_sequence = p.kv_bytes_per_token * static_cast<double>(p.resident_tokens);
+  // Positions held per sequence, summed over layers, as a share of every layer holding them all.
+  double held = 1.0;
+  if (in.window_layers > 0 && in.n_layers > 0) {
+    const auto window = static_cast<double>(std::min(in.ctx, in.layer_window));
+    const auto ctx = static_cast<double>(std::max<int64_t>(1, p.resident_tokens));
+    held = (static_cast<double>(in.n_layers - in.window_layers) +
+            static_cast<double>(in.window_layers) * window / ctx) /
+           static_cast<double>(in.n_layers);
+  }
+  const double resident = static_cast<double>(p.resident_tokens) * held;
+  p.kv_bytes_per_sequence = p.kv_bytes_per_token * resident;
   p.kv_bytes_total = p.kv_bytes_per_sequence * static_cast<double>(in.batch);
-  p.kv_bytes_total_mha =
-      p.kv_bytes_per_token_mha * static_cast<double>(p.resident_tokens * in.batch);
+  p.kv_bytes_total_mha = p.kv_bytes_per_token_mha * resident * static_cast<double>(in.batch);
   if (in.memory_bytes) {
     const double free_for_kv = static_cast<double>(*in.memory_bytes - in.weight_bytes);
     p.sequences_that_fit =

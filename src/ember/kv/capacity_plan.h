@@ -21,14 +21,18 @@ struct CapacityPlanInput {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
-  int64_t weight_bytes = 0;             // every tensor as it sits in memory
-  int64_t decode_weight_bytes = 0;      // of those, what one decode step reads (all but embeddings)
-  int64_t ctx = 0;                      // tokens per sequence
-  int64_t batch = 1;                    // sequences decoding together
-  DType kv_dtype = DType::F16;          // f32, f16, bf16, q8_0, q4_0 (K, and V unless kv_dtype_v)
-  std::optional<DType> kv_dtype_v;      // V's dtype when it differs from K's
-  int64_t sliding_window = 0;           // > 0: every layer holds at most this many positions
-  std::optional<int64_t> memory_bytes;  // --mem: weights + cache must fit
+  int64_t weight_bytes = 0;         // every tensor as it sits in memory
+  int64_t decode_weight_bytes = 0;  // of those, what one decode step reads (all but embeddings)
+  int64_t ctx = 0;                  // tokens per sequence
+  int64_t batch = 1;                // sequences decoding together
+  DType kv_dtype = DType::F16;      // f32, f16, bf16, q8_0, q4_0 (K, and V unless kv_dtype_v)
+  std::optional<DType> kv_dtype_v;  // V's dtype when it differs from K's
+  int64_t sliding_window = 0;       // > 0: every layer holds at most this many positions
+  // > 0: sliding-window layers interleaved with global ones (Gemma 2/3), kept in a pool of their
+  // own: these many layers hold at most layer_window positions, the others the whole context.
+  int64_t window_layers = 0;
+  int64_t layer_window = 0;
+  std::optional<int64_t> memory_bytes;          // --mem: weights + cache must fit
   std::optional<double> bandwidth_bytes_per_s;  // measured read bandwidth
 };
 
@@ -36,8 +40,9 @@ struct CapacityPlan {
   double kv_bytes_per_token = 0;      // real shape (GQA as stored)
   double kv_bytes_per_token_mha = 0;  // the same model with n_kv_heads = n_heads
   int64_t resident_tokens = 0;        // per sequence: ctx, or the window when every layer slides
-  double kv_bytes_per_sequence = 0;   // resident_tokens x per token
-  double kv_bytes_total = 0;          // x batch
+  // resident_tokens x per token; with window_layers, those layers hold only their window.
+  double kv_bytes_per_sequence = 0;
+  double kv_bytes_total = 0;  // x batch
   double kv_bytes_total_mha = 0;
   std::optional<int64_t> sequences_that_fit;  // with memory_bytes: (mem - weights) / per sequence
   std::optional<double> decode_tokens_per_s_batch1;  // bandwidth / (weights + one sequence's KV)
@@ -49,7 +54,8 @@ struct CapacityPlan {
 // a dtype the cache cannot hold.
 double kv_bytes_per_element(DType dtype);
 
-// The model's part of the input: layers, heads, head_dim and, when every layer slides, its window.
+// The model's part of the input: layers, heads, head_dim and, when every layer slides, its window
+// (when some layers slide, how many and their window).
 CapacityPlanInput capacity_input(const ModelConfig& config, int64_t ctx, int64_t batch,
                                  DType kv_dtype);
 

@@ -140,6 +140,44 @@ int64_t KvBlockManager::match_prefix(KvBlockTable& table, std::span<const int32_
   return static_cast<int64_t>(table.blocks.size()) * bs;
 }
 
+int64_t KvBlockManager::match_window(KvBlockTable& table, std::span<const int32_t> tokens,
+                                     int64_t limit, int64_t window) {
+  if (!table.blocks.empty()) throw Error("KV cache: match_window needs an empty block table");
+  const int64_t bs = block_size();
+  const int64_t n = std::min<int64_t>(limit, static_cast<int64_t>(tokens.size())) / bs;
+  if (!prefix_caching_ || n <= 0) return 0;
+  std::vector<uint64_t> hashes;
+  std::vector<int32_t> found;  // the cached block of each full block of tokens, or -1
+  uint64_t parent = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    auto block_tokens = tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs));
+    const uint64_t h = block_hash(parent, block_tokens);
+    auto it = cache_.find(h);
+    const bool hit = it != cache_.end() && std::equal(block_tokens.begin(), block_tokens.end(),
+                                                      it->second.tokens.begin());
+    hashes.push_back(h);
+    found.push_back(hit ? it->second.block : -1);
+    parent = h;
+  }
+  // A token at position m * bs attends from m * bs - window + 1 on.
+  const auto first_needed = [&](int64_t m) {
+    return std::max<int64_t>(0, m * bs - window + 1) / bs;
+  };
+  int64_t m = n;
+  for (; m > 0; --m) {
+    const auto begin = found.begin() + first_needed(m);
+    if (std::all_of(begin, found.begin() + m, [](int32_t b) { return b >= 0; })) break;
+  }
+  if (m == 0) return 0;
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t block = i < first_needed(m) ? -1 : found[static_cast<size_t>(i)];
+    if (block >= 0) retain(block);
+    table.blocks.push_back(block);
+    table.hashes.push_back(hashes[static_cast<size_t>(i)]);
+  }
+  return m * bs;
+}
+
 int64_t KvBlockManager::blocks_needed(const KvBlockTable& table, int64_t n_tokens) const {
   int64_t needed = (n_tokens + block_size() - 1) / block_size();
   return std::max<int64_t>(0, needed - static_cast<int64_t>(table.blocks.size()));
@@ -192,6 +230,16 @@ void KvBlockManager::release_before(KvBlockTable& table, int64_t first_kept) {
 
 bool KvBlockManager::has_released_blocks(const KvBlockTable& table) {
   return std::find(table.blocks.begin(), table.blocks.end(), -1) != table.blocks.end();
+}
+
+bool KvBlockManager::holds_positions(const KvBlockTable& table, int64_t begin, int64_t end) const {
+  if (end <= begin) return true;
+  const int64_t last = (end - 1) / block_size();
+  if (last >= static_cast<int64_t>(table.blocks.size())) return false;
+  for (int64_t i = std::max<int64_t>(0, begin) / block_size(); i <= last; ++i) {
+    if (table.blocks[static_cast<size_t>(i)] < 0) return false;
+  }
+  return true;
 }
 
 void KvBlockManager::truncate(KvBlockTable& table, int64_t n_tokens) {

@@ -62,6 +62,12 @@ class KvBlockManager {
   // never the block holding the last token (its logits must be computed). Returns the number of
   // tokens whose K/V is now already in the cache (a multiple of block_size).
   int64_t match_prefix(KvBlockTable& table, std::span<const int32_t> tokens);
+  // The same for the pool of a model's sliding-window layers (kv_cache.h), whose blocks behind
+  // each window were given back: attaches the cached blocks covering the last `window` - 1
+  // positions before the longest cut <= `limit` (a multiple of block_size) where all of them are
+  // cached, -1 entries before them. Returns that cut (0: none).
+  int64_t match_window(KvBlockTable& table, std::span<const int32_t> tokens, int64_t limit,
+                       int64_t window);
   // Makes the table cover `n_tokens` positions. Returns false, taking nothing, when too few
   // blocks can be had (free or evictable).
   bool reserve(KvBlockTable& table, int64_t n_tokens);
@@ -77,6 +83,8 @@ class KvBlockManager {
   void release_before(KvBlockTable& table, int64_t first_kept);
   // Whether release_before() took any of the table's blocks.
   static bool has_released_blocks(const KvBlockTable& table);
+  // Whether the table still holds the blocks of positions [begin, end) (none released).
+  bool holds_positions(const KvBlockTable& table, int64_t begin, int64_t end) const;
   // Keeps only the blocks covering positions [0, n_tokens); the rest are released. A kept
   // partial block is forgotten by the prefix cache's chain of this table (it will be rewritten).
   void truncate(KvBlockTable& table, int64_t n_tokens);

@@ -67,8 +67,10 @@ void DecoderModel::norm(const float* x, const float* weight, const float* bias, 
 }
 
 void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch& batch,
-                             KvStorage& kv) {
+                             KvCache& cache) {
   const ModelConfig& c = config_;
+  KvStorage& kv = cache.storage(layer);
+  const int64_t kv_layer = cache.storage_layer(layer);  // its index among kv's layers
   const int64_t T = batch.size();
   matmul("wq+wk+wv", xn_.data(), T, {&lw.wq, &lw.wk, &lw.wv}, {q_.data(), k_.data(), v_.data()});
   if (lw.bq != nullptr) {
@@ -88,10 +90,10 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
   timed(
       [&] {
         if (c.learned_positions) {
-          backend_.store_kv(kv, layer, k_.data(), v_.data(), batch);
+          backend_.store_kv(kv, kv_layer, k_.data(), v_.data(), batch);
         } else {
-          backend_.rope_store_kv(kv, layer, q_.data(), k_.data(), v_.data(), c.n_heads, c.rope_dim,
-                                 lw.rope_inv_freq, batch);
+          backend_.rope_store_kv(kv, kv_layer, q_.data(), k_.data(), v_.data(), c.n_heads,
+                                 c.rope_dim, lw.rope_inv_freq, batch);
         }
       },
       [&] {
@@ -101,8 +103,9 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
       });
   const AttentionScores scores(c.attention_scale(), c.attn_softcap, lw.window);
   if (observer_ != nullptr) observe_attention_inputs(layer, T, scores);
-  timed([&] { backend_.attention(kv, layer, q_.data(), c.n_heads, scores, batch, attn_.data()); },
-        [&] { return attention_record(batch, kv, scores); });
+  timed(
+      [&] { backend_.attention(kv, kv_layer, q_.data(), c.n_heads, scores, batch, attn_.data()); },
+      [&] { return attention_record(batch, kv, scores); });
   if (observer_ != nullptr) {
     observer_->attention_output(layer, backend_.to_host(attn_.data(), T * c.q_dim(), observed_[0]));
   }

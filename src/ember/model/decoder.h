@@ -28,7 +28,7 @@ class DecoderModel : public Model {
   // y = norm(x) with the family's norm (RMSNorm or LayerNorm with `bias`), [rows, d_model].
   void norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows);
   // tmp = W_O attention(xn) (+ bias) for `layer`.
-  void attention(int64_t layer, const LayerWeights& lw, const Batch& batch, KvStorage& kv);
+  void attention(int64_t layer, const LayerWeights& lw, const Batch& batch, KvCache& cache);
   // tmp = W_down act(xn) (+ bias): SwiGLU, GeGLU or GELU; or the mixture of experts (moe_mlp).
   void mlp(int64_t layer, const LayerWeights& lw, int64_t T);
   // tmp = sum over each token's k experts of weight * expert(xn) (+ the gated shared expert):

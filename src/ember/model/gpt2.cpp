@@ -12,7 +12,7 @@ class Gpt2Model : public DecoderModel {
  public:
   explicit Gpt2Model(const ModelWeights& weights) : DecoderModel(weights) {}
 
-  std::span<const float> forward(const Batch& batch, KvStorage& kv) override {
+  std::span<const float> forward(const Batch& batch, KvCache& kv) override {
     const int64_t T = batch.size();
     reserve(T);
     embed(batch);  // token + position embeddings

@@ -14,7 +14,7 @@ class LlamaModel : public DecoderModel {
  public:
   explicit LlamaModel(const ModelWeights& weights) : DecoderModel(weights) {}
 
-  std::span<const float> forward(const Batch& batch, KvStorage& kv) override {
+  std::span<const float> forward(const Batch& batch, KvCache& kv) override {
     const int64_t T = batch.size();
     reserve(T);
     embed(batch);

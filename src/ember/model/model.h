@@ -11,6 +11,7 @@
 #include <span>
 
 #include "ember/backend/backend.h"
+#include "ember/backend/kv_cache.h"
 #include "ember/model/forward_observer.h"
 #include "ember/model/weights.h"
 
@@ -22,7 +23,7 @@ class Model {
   // Runs the step (batch must be finalized); returns logits [logit_rows.size(), vocab] in host
   // memory, valid until the next call. Throws ember::Error for a token id outside the vocabulary
   // (or, with learned positions, a position past the table).
-  virtual std::span<const float> forward(const Batch& batch, KvStorage& kv) = 0;
+  virtual std::span<const float> forward(const Batch& batch, KvCache& kv) = 0;
   // Mixture-of-experts models: tokens routed to each expert so far, [n_layers * n_experts]
   // (layer-major); empty for dense models.
   virtual std::span<const int64_t> expert_load() const { return {}; }

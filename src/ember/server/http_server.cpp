@@ -105,7 +105,7 @@ HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer& tokenizer, ChatTemp
     TraceContext context;
     context.model_name = options_.model_id;
     context.weight_dtype = dtype_name(engine.runner().weights().matrix_dtype());
-    context.kv = engine.runner().kv_shape();
+    context.kv = engine.runner().kv_shape_of_every_layer();
     context.tokenizer = &tokenizer_;
     context.machine = options_.trace_machine;
     traces_ = std::make_unique<TraceStore>(std::move(context));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,7 +29,12 @@ class StepEngine {
  public:
   StepEngine(const ModelWeights& weights, const EngineOptions& options)
       : runner_(weights, options),
-        kv_(runner_.kv_shape().n_blocks, runner_.kv_shape().block_size, options.prefix_caching) {}
+        kv_(runner_.kv_shape().n_blocks, runner_.kv_shape().block_size, options.prefix_caching) {
+    if (runner_.window_layers_window() > 0) {  // Gemma's sliding layers in a pool of their own
+      window_kv_.emplace(runner_.window_pool_blocks(), runner_.kv_shape().block_size,
+                         options.prefix_caching);
+    }
+  }
 
   std::span<const float> feed(Sequence& seq, std::span<const int32_t> tokens,
                               bool all_logits = false) {
@@ -43,13 +49,17 @@ class StepEngine {
       const int64_t new_len = seq.n_cached + static_cast<int64_t>(r.tokens.size());
       if (new_len > runner_.max_context()) throw Error("context full");
       if (!kv_.reserve(seq.block_table, new_len)) throw Error("KV cache exhausted");
+      if (window_kv_ && !window_kv_->reserve(seq.window_table, new_len)) {
+        throw Error("window KV cache exhausted");
+      }
     }
     for (const FeedRequest& r : requests) {
       Sequence& seq = *r.sequence;
       const auto first_row = static_cast<int32_t>(batch_.tokens.size());
       const auto n = static_cast<int64_t>(r.tokens.size());
       batch_.tokens.insert(batch_.tokens.end(), r.tokens.begin(), r.tokens.end());
-      batch_.sequences.push_back({seq.block_table.blocks.data(), seq.n_cached, n});
+      batch_.sequences.push_back(
+          {seq.block_table.blocks.data(), seq.n_cached, n, seq.window_table.blocks.data()});
       if (n > 0 && r.wants_logits) {
         for (int64_t i = r.all_logits ? 0 : n - 1; i < n; ++i)
           batch_.logit_rows.push_back(first_row + static_cast<int32_t>(i));
@@ -62,13 +72,22 @@ class StepEngine {
       seq.tokens.insert(seq.tokens.end(), r.tokens.begin(), r.tokens.end());
       seq.n_cached += static_cast<int64_t>(r.tokens.size());
       kv_.commit(seq.block_table, seq.tokens);
+      if (window_kv_) {  // as the scheduler does: blocks the window has passed go back
+        window_kv_->commit(seq.window_table, seq.tokens);
+        window_kv_->release_before(seq.window_table,
+                                   seq.n_cached - runner_.window_layers_window() + 1);
+      }
     }
     return logits;
   }
 
   // Attaches the prefix-cached blocks of `prompt` to a fresh sequence; returns the tokens cached.
   int64_t attach_cached_prefix(Sequence& seq, std::span<const int32_t> prompt) {
-    const int64_t n = kv_.match_prefix(seq.block_table, prompt);
+    int64_t n = kv_.match_prefix(seq.block_table, prompt);
+    if (window_kv_) {
+      n = window_kv_->match_window(seq.window_table, prompt, n, runner_.window_layers_window());
+      kv_.truncate(seq.block_table, n);
+    }
     seq.tokens.assign(prompt.begin(), prompt.begin() + n);
     seq.n_cached = n;
     return n;
@@ -91,6 +110,7 @@ class StepEngine {
 
   void release(Sequence& seq) {
     kv_.release(seq.block_table);
+    if (window_kv_) window_kv_->release(seq.window_table);
     seq.n_cached = 0;
   }
 
@@ -102,6 +122,7 @@ class StepEngine {
  private:
   ModelRunner runner_;
   KvBlockManager kv_;
+  std::optional<KvBlockManager> window_kv_;
   Batch batch_;
 };
 

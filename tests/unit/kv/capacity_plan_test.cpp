@@ -65,6 +65,30 @@ TEST(CapacityPlan, KvDtypesAndWindows) {
   EXPECT_THROW(plan_capacity(in), Error);
 }
 
+// Gemma-2-2B's shape (26 layers, 4 KV heads of 256, window 4096 on every other layer): at 8,192 tokens the 13 sliding layers hold 4,096 positions, the 13 global ones 8,192.
+TEST(CapacityPlan, InterleavedWindowLayersHoldOnlyTheirWindow) {
+  ModelConfig c;
+  c.n_layers = 26;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.head_dim = 256;
+  c.sliding_window = 4096;
+  c.sliding_window_pattern = 2;
+  const CapacityPlanInput in = capacity_input(c, 8192, 2, DType::F16);
+  EXPECT_EQ(in.window_layers, 13);
+  EXPECT_EQ(in.layer_window, 4096);
+  EXPECT_EQ(in.sliding_window, 0);
+  const CapacityPlan p = plan_capacity(in);
+  const double per_layer_token = 2.0 * 4 * 256 * 2;  // K + V of 4 heads of 256 in f16
+  EXPECT_DOUBLE_EQ(p.kv_bytes_per_token, 26 * per_layer_token);
+  EXPECT_EQ(p.resident_tokens, 8192);
+  EXPECT_DOUBLE_EQ(p.kv_bytes_per_sequence, per_layer_token * (13 * 8192 + 13 * 4096));
+  EXPECT_DOUBLE_EQ(p.kv_bytes_total, 2 * p.kv_bytes_per_sequence);
+  // Below the window every layer holds the whole context.
+  EXPECT_DOUBLE_EQ(plan_capacity(capacity_input(c, 2048, 1, DType::F16)).kv_bytes_per_sequence,
+                   per_layer_token * 26 * 2048);
+}
+
 TEST(CapacityPlan, ByteSizes) {
   EXPECT_EQ(parse_byte_size("24GiB"), 24LL << 30);
   EXPECT_EQ(parse_byte_size("512MiB"), 512LL << 20);

@@ -156,5 +156,46 @@ TEST(KvBlockManager, DoubleReleaseIsAnError) {
   EXPECT_THROW(kv.release(copy), std::runtime_error);
 }
 
+// A sliding-window layers' pool (backend/kv_cache.h): a sequence gave back the blocks its window
+// passed, some of which were then reused. A new sequence with the same tokens attaches only the
+// blocks the last window needs, at the longest cut where all of them are still cached.
+TEST(KvBlockManager, WindowMatchAttachesOnlyTheBlocksTheWindowNeeds) {
+  KvBlockManager kv = small_manager(8, true);
+  const std::vector<int32_t> tokens = iota_tokens(30);
+  KvBlockTable first;
+  ASSERT_TRUE(kv.reserve(first, 24));
+  kv.commit(first, std::span<const int32_t>(tokens).first(24));
+  // A window of 6: a token at 24 attends from 19 on, so blocks 0..3 (positions 0..15) go back.
+  kv.release_before(first, 24 - 6 + 1);
+  EXPECT_TRUE(KvBlockManager::has_released_blocks(first));
+  EXPECT_TRUE(kv.holds_positions(first, 19, 24));
+  EXPECT_FALSE(kv.holds_positions(first, 15, 24));
+  EXPECT_FALSE(kv.holds_positions(first, 19, 25));  // block 6 is not reserved
+  kv.release(first);
+  // Its 6 blocks are cached (hashed, count 0). Another table takes the 2 never-used blocks and
+  // then the LRU's oldest two: the sequence's blocks 0 and 1, given back first.
+  KvBlockTable other;
+  ASSERT_TRUE(kv.reserve(other, 4 * 4));
+  EXPECT_EQ(kv.cached_blocks(), 4);
+
+  KvBlockTable table;
+  const int64_t cut = kv.match_window(table, tokens, 24, 6);
+  // Cut 24 needs blocks 4 and 5 (positions 19..23): both cached.
+  EXPECT_EQ(cut, 24);
+  ASSERT_EQ(table.blocks.size(), 6u);
+  EXPECT_EQ(table.hashes.size(), 6u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(table.blocks[static_cast<size_t>(i)], -1);
+  EXPECT_GE(table.blocks[4], 0);
+  EXPECT_GE(table.blocks[5], 0);
+  EXPECT_EQ(kv.ref_count(table.blocks[5]), 1);
+  // A cut whose window reaches a block no longer cached falls back to a shorter one, or none.
+  KvBlockTable none;
+  EXPECT_EQ(kv.match_window(none, tokens, 24, 24), 0);
+  EXPECT_TRUE(none.blocks.empty());
+  kv.release(table);
+  kv.release(other);
+  EXPECT_EQ(kv.used_blocks(), 0);
+}
+
 }  // namespace
 }  // namespace ember

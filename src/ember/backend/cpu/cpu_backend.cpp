@@ -114,7 +114,7 @@ void CpuBackend::store_rows(KvStorage& kv, int64_t layer, const float* k, const 
   for (int64_t t = b; t < e; ++t) {
     const int64_t pos = batch.positions[t];
     const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
-    const int32_t block = seq.block_table[pos / s.block_size];
+    const int32_t block = block_table_of(seq, kv)[pos / s.block_size];
     for (int64_t g = 0; g < s.n_kv_heads; ++g) {
       const int64_t row = cache.row_index(block, pos % s.block_size, g);
       const int64_t src = t * kvd + g * s.head_dim;
@@ -186,7 +186,7 @@ void CpuBackend::attention_untimed(const KvStorage& kv, int64_t layer, const flo
     q = q_rotated_.data();
   }
   const auto table_of = [&](int64_t t) {
-    return batch.sequences[static_cast<size_t>(batch.sequence_of[t])].block_table;
+    return block_table_of(batch.sequences[static_cast<size_t>(batch.sequence_of[t])], kv);
   };
   // Work items are (query tile, kv head): the tokens of a tile read each K/V block once together;
   // splitting by kv head lets even a single decode token's heads run on several threads.

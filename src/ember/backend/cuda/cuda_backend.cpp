@@ -250,6 +250,9 @@ const float* CudaBackend::upload_vector(const float* host, int64_t n) {
 
 std::unique_ptr<KvStorage> CudaBackend::allocate_kv(const KvShape& shape) {
   bind();
+  if (shape.window_table) {
+    throw Error(ErrorKind::Unsupported, "cuda: KV storages read through window block tables");
+  }
   return std::make_unique<CudaKvStorage>(shape);
 }
 

@@ -84,6 +84,8 @@ class CudaBackend : public Backend {
   const float* upload_vector(const float* host, int64_t n) override;
   bool owns_weight(const void* p) const override;
   std::unique_ptr<KvStorage> allocate_kv(const KvShape& shape) override;
+  // Device batches carry one block table per sequence (device_batch.h): every layer in one pool.
+  bool supports_window_tables() const override { return false; }
   std::span<const float> to_host(const float* data, int64_t n,
                                  std::vector<float>& staging) override;
   void from_host(float* data, const float* host, int64_t n) override;

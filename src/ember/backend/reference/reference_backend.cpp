@@ -106,7 +106,7 @@ void ReferenceBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, co
   for (int64_t t = 0; t < batch.size(); ++t) {
     const int64_t pos = batch.positions[t];
     const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
-    const int32_t block = seq.block_table[pos / s.block_size];
+    const int32_t block = block_table_of(seq, kv)[pos / s.block_size];
     for (int64_t g = 0; g < s.n_kv_heads; ++g) {
       const int64_t row = cache.row_index(block, pos % s.block_size, g);
       std::vector<float> k_row(k + t * kvd + g * s.head_dim, k + t * kvd + (g + 1) * s.head_dim);
@@ -143,8 +143,8 @@ void ReferenceBackend::attention(const KvStorage& kv, int64_t layer, const float
   }
   for (int64_t t = 0; t < batch.size(); ++t) {
     const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
-    reference::attention(q + t * qd, n_heads, view, seq.block_table, batch.positions[t] + 1, scores,
-                         out + t * qd);
+    reference::attention(q + t * qd, n_heads, view, block_table_of(seq, kv), batch.positions[t] + 1,
+                         scores, out + t * qd);
   }
 }
 
