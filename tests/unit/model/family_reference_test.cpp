@@ -1,9 +1,11 @@
 // The families from their HF checkpoints: tests/reference/families.py (an independent float64
-// numpy forward pass written from the HF model definitions) wrote, per case, a config.json, the
-// tensor list with a deterministic generator's parameters, 40 ids and the exact logits at some
-// positions. This test regenerates the same f32 weights, writes config.json + model.safetensors,
-// loads the directory like any HF checkpoint (names, Conv1D transposes, fused QKV / gate-up,
-// Gemma's (1 + w) norms) and checks the logits on the cpu and the reference backend.
+// numpy forward pass written from the HF model definitions) and, for the mixtures of experts
+// (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE: per-expert HF tensors merged at load), moe.py wrote, per
+// case, a config.json, the tensor list with a deterministic generator's parameters, 40 ids and
+// the exact logits at some positions. This test regenerates the same f32 weights, writes
+// config.json + model.safetensors, loads the directory like any HF checkpoint (names, Conv1D
+// transposes, fused QKV / gate-up, Gemma's (1 + w) norms) and checks the logits on the cpu and the
+// reference backend.
 //
 // The same checkpoint written as GGUF by `ember quantize --type F32` (llama.cpp's tensor names and
 // keys, Gemma's norms as 1 + w, GPT-2's Conv1D transposed back, Phi-3's LongRoPE factors as
@@ -114,6 +116,13 @@ std::vector<float> run(const std::filesystem::path& dir, const std::string& back
     out.insert(out.end(), z.begin(), z.end());
   }
   engine.release(seq);
+  // Mixtures: the 40 ids route tokens to every expert of every layer (moe.py checks the same).
+  const std::span<const int64_t> load = engine.runner().expert_load();
+  for (size_t i = 0; i < load.size(); ++i) {
+    const auto E = static_cast<size_t>(model.weights.config.n_experts);
+    EXPECT_GT(load[i], 0) << "layer " << i / E << " expert " << i % E << " never routed to";
+  }
+  EXPECT_EQ(load.empty(), !model.weights.config.is_moe());
   return out;
 }
 
@@ -161,7 +170,8 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, FamilyReference,
     ::testing::Combine(::testing::Values("qwen3", "mistral_window", "gemma3", "gemma2", "phi3",
                                          "phi3_longrope", "gpt2", "llama_rope_yarn",
-                                         "llama_rope_dynamic"),
+                                         "llama_rope_dynamic", "mixtral", "qwen2_moe", "qwen3_moe",
+                                         "olmoe"),
                        ::testing::ValuesIn(test::backends_under_test())),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
