@@ -6,10 +6,12 @@
 // AddressSanitizer (LeakSanitizer reports OpenMPI's own allocations at MPI_Init).
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -196,10 +198,73 @@ TEST(CliTensorParallel, MistakesAreOneErrorOnEveryRank) {
   r = mpirun_ember(6, m + " --pp 6");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--pp 6 is more stages than the 5 layers"), std::string::npos) << r.err;
-  // serve is not built for it yet: said at once.
+  // serve without mpirun: said at once.
   r = test::run_ember("serve -m " + test::shell_quote(model.string()) + " --tp 2");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("serve --tp is not built yet"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("start it with mpirun -np 2"), std::string::npos) << r.err;
+}
+
+// serve --tp 2 and --pp 2 under mpirun: rank 0 serves, schedules and samples, rank 1 runs the
+// steps it sends. Four greedy completions at once (steps batch several sequences; a long prompt
+// is prefilled in chunks of 16) and a streamed one give `ember run`'s one-process text; SIGTERM to
+// mpirun drains rank 0, which then stops rank 1.
+TEST(CliTensorParallel, ServeSplitAnswersAsOneProcess) {
+  EMBER_REQUIRE_MPI();
+  const std::string model = test::fixture("models/stories260K/stories260K.gguf").string();
+  const std::vector<std::string> prompts = {
+      "Once upon a time", "Lily and Tom went to the park.", "The cat",
+      "One day, a little boy named Tim found a big red ball in the garden. He wanted to play"};
+  std::vector<std::string> want;
+  for (const std::string& p : prompts) want.push_back(test::ember_run_greedy(model, p, 24));
+  for (const char* flags : {"--tp 2", "--pp 2"}) {
+    SCOPED_TRACE(flags);
+    test::ServerProcess server(
+        "-m " + test::shell_quote(model) + " -t 1 --max-batched-tokens 16 " + flags,
+        // --foreground: timeout passes a SIGTERM to mpirun alone (to its whole process group
+        // as well otherwise, and a second SIGTERM makes mpirun kill the ranks at once).
+        "timeout --foreground 120 mpirun --allow-run-as-root --oversubscribe -np 2");
+    ASSERT_TRUE(server.ready()) << server.startup_error();
+    std::vector<std::string> got(prompts.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      clients.emplace_back([&, i] {
+        const auto r =
+            test::post_json(server.port(), "/v1/completions",
+                            {{"prompt", prompts[i]}, {"max_tokens", 24}, {"temperature", 0}});
+        if (r.status == 200) got[i] = nlohmann::json::parse(r.body)["choices"][0]["text"];
+      });
+    }
+    for (auto& c : clients) c.join();
+    EXPECT_EQ(got, want);
+    const auto streamed = test::post_json(
+        server.port(), "/v1/completions",
+        {{"prompt", prompts[0]}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}});
+    std::string text;
+    for (const std::string& e : test::sse_events(streamed.body)) {
+      if (e != "[DONE]") text += nlohmann::json::parse(e)["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(text, want[0]);
+    // mpirun forwards the signal; rank 0 drains and stops rank 1, both return 0 (mpirun itself
+    // then exits 1, as it does after any forwarded SIGTERM).
+    EXPECT_NE(server.stop(SIGTERM), -1) << server.log();
+    EXPECT_NE(server.log().find("server stopped"), std::string::npos) << server.log();
+    EXPECT_NE(server.log().find("rank 1: rank 0 stopped serving after"), std::string::npos)
+        << server.log();
+  }
+}
+
+// What rank 1 cannot mirror is refused by name, on every rank, before anything is served.
+TEST(CliTensorParallel, ServeRefusesWhatRanksCannotMirror) {
+  EMBER_REQUIRE_MPI();
+  const std::string m =
+      "serve -m " +
+      test::shell_quote(test::fixture("models/stories260K/stories260K.gguf").string());
+  auto r = mpirun_ember(2, m + " --tp 2 --allow-trace");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("serve --tp with --allow-trace"), std::string::npos) << r.err;
+  r = mpirun_ember(2, m + " --pp 2 --kv-offload-ram 1GiB");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("serve --pp with --kv-offload-*"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ std::string read_all(const std::string& path) {
 
 }  // namespace
 
-ServerProcess::ServerProcess(const std::string& args) {
+ServerProcess::ServerProcess(const std::string& args, const std::string& launcher) {
   static int counter = 0;
   log_path_ =
       (std::filesystem::temp_directory_path() /
@@ -41,8 +41,9 @@ ServerProcess::ServerProcess(const std::string& args) {
   // the server tests on a GPU).
   std::string extra;
   if (const char* env = std::getenv("EMBER_TEST_SERVE_ARGS"); env != nullptr) extra = env;
-  std::string cmd = "exec " + shell_quote(ember_binary()) + " serve --host 127.0.0.1 --port 0 " +
-                    args + " " + extra + " </dev/null >/dev/null 2>" + shell_quote(log_path_);
+  std::string cmd = "exec " + launcher + " " + shell_quote(ember_binary()) +
+                    " serve --host 127.0.0.1 --port 0 " + args + " " + extra +
+                    " </dev/null >/dev/null 2>" + shell_quote(log_path_);
   pid_ = ::fork();
   if (pid_ == 0) {
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));

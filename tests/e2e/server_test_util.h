@@ -14,9 +14,10 @@ namespace ember::test {
 
 // `ember serve ARGS --port 0` as a child process; the port is parsed from its
 // "listening on http://127.0.0.1:PORT" line. The destructor kills it if still running.
+// `launcher` (e.g. "mpirun -np 2") runs it under that command (serve --tp).
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::string& args);
+  explicit ServerProcess(const std::string& args, const std::string& launcher = "");
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;

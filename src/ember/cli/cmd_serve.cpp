@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -15,6 +16,8 @@
 #include "ember/core/error.h"
 #include "ember/engine/async_engine.h"
 #include "ember/kv/capacity_plan.h"
+#include "ember/parallel/communicator.h"
+#include "ember/parallel/step_mirror.h"
 #include "ember/server/http_server.h"
 #include "ember/tokenizer/chat_template.h"
 
@@ -205,6 +208,38 @@ void print_startup(const LoadedModel& model, const AsyncEngine& engine,
   }
 }
 
+// serve --tp/--pp: what the ranks that follow rank 0's steps cannot mirror is refused by name.
+void check_parallel_serve(const ServeOptions& o) {
+  const char* flag = o.model.tp != 1 ? "--tp" : "--pp";
+  const auto refuse = [&](const std::string& what) {
+    throw Error::invalid_request(
+        flag, std::string("serve ") + flag + " with " + what + " is not built yet");
+  };
+  if (o.allow_trace) refuse("--allow-trace (a trace would see one rank's share of the heads)");
+  if (o.offload.parsed().enabled()) refuse("--kv-offload-* (the tiers copy rank 0's blocks only)");
+}
+
+// A rank other than 0 under serve --tp/--pp: its part of the model and a KV pool like rank 0's,
+// running each step rank 0 sends until it says the server stopped.
+int follow_rank0(const LoadedModel& model, const AsyncEngineOptions& so) {
+  ModelRunner runner(model.weights, runner_options(so.engine));
+  Batch batch;
+  std::vector<int32_t> tables;
+  int64_t steps = 0;
+  for (; parallel::receive_step(batch, tables); ++steps) runner.run(batch);
+  std::fprintf(stderr, "[ember] rank %d: rank 0 stopped serving after %lld steps\n",
+               parallel::world().rank(), static_cast<long long>(steps));
+  return 0;
+}
+
+// Sends the followers' stop when serve returns normally (after an error, main ends every rank).
+struct StopFollowers {
+  bool active = false;
+  ~StopFollowers() {
+    if (active && std::uncaught_exceptions() == 0) parallel::send_stop();
+  }
+};
+
 int serve_command(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) throw Error("--port must be between 0 and 65535");
   if (o.max_seqs < 1) throw Error("--max-seqs must be at least 1");
@@ -227,12 +262,9 @@ int serve_command(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (o.model.tp != 1 || o.model.pp != 1) {
-    throw Error::invalid_request("--tp",
-                                 "serve --tp is not built yet: rank 0 would schedule and "
-                                 "broadcast each step (run, score, bench and chat take it)");
-  }
-  LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
+  const bool split = o.model.tp != 1 || o.model.pp != 1;  // mpirun ranks, rank 0 serving
+  if (split) check_parallel_serve(o);
+  LoadedModel model = o.model.load(/*need_tokenizer=*/true);
   ChatTemplate chat =
       forced ? *forced
              : ChatTemplate::resolve("", model.checkpoint.path, model.checkpoint.gguf.get());
@@ -249,6 +281,16 @@ int serve_command(const ServeOptions& o) {
   so.engine.scheduler.max_sequences = o.max_seqs;
   so.engine.scheduler.max_batched_tokens = o.max_batched_tokens;
   so.max_waiting = o.max_waiting;
+  if (split) {
+    // Every rank's pool has rank 0's block count (each sized it from its own free memory), and
+    // the ranks but 0 run the steps rank 0 sends them until the server stops.
+    so.engine.engine.kv_blocks = parallel::rank0_value(so.engine.engine.kv_blocks);
+    if (!parallel::is_first_rank()) return follow_rank0(model, so);
+    const int64_t block_size = so.engine.engine.block_size;
+    so.engine.before_forward = [block_size](const Batch& b) { parallel::send_step(b, block_size); };
+  }
+  // Once the engine has stopped (declared before it, so destroyed after): the followers' stop.
+  StopFollowers stop_followers{split};
 
   AsyncEngine engine(model.weights, model.tokenizer.get(), so);
   server::ServerOptions http_options;

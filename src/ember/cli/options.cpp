@@ -47,12 +47,12 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--tp", o.tp,
                  "Tensor parallelism: this process is one of N ranks started by mpirun -np N "
                  "(heads and FFN rows split over them, two all-reduces per layer; run, score, "
-                 "bench)")
+                 "bench, serve)")
       ->capture_default_str();
   app.add_option("--pp", o.pp,
                  "Pipeline parallelism: this process is one of N stages started by mpirun -np N "
                  "(consecutive layers on each; the hidden states handed on, the last stage's "
-                 "logits sent to all; run, score, bench)")
+                 "logits sent to all; run, score, bench, serve)")
       ->capture_default_str();
   app.add_option("--rank-timeout", o.rank_timeout,
                  "With --tp/--pp: seconds a rank waits for the others in a step before the job "

@@ -76,14 +76,6 @@ SchedulerConfig scheduler_config(const ModelWeights& weights, const LLMEngineOpt
   return s;
 }
 
-// The runner's options: the step and guess sizes that size a window layers' pool.
-EngineOptions runner_options(const LLMEngineOptions& options) {
-  EngineOptions o = options.engine;
-  o.max_step_tokens = options.scheduler.max_batched_tokens;
-  o.max_draft_tokens = options.speculative.enabled() ? options.speculative.draft_max : 0;
-  return o;
-}
-
 void check_speculative_options(const ModelWeights& weights, const LLMEngineOptions& options) {
   const SpeculativeOptions& spec = options.speculative;
   if (spec.lookup_ngram < 0 || spec.draft_max < 0 || spec.draft_max > 64) {
@@ -102,9 +94,17 @@ void check_speculative_options(const ModelWeights& weights, const LLMEngineOptio
 
 }  // namespace
 
+EngineOptions runner_options(const LLMEngineOptions& options) {
+  EngineOptions o = options.engine;
+  o.max_step_tokens = options.scheduler.max_batched_tokens;
+  o.max_draft_tokens = options.speculative.enabled() ? options.speculative.draft_max : 0;
+  return o;
+}
+
 LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
                      const LLMEngineOptions& options)
-    : tokenizer_(tokenizer),
+    : before_forward_(options.before_forward),
+      tokenizer_(tokenizer),
       end_of_generation_(end_of_generation_tokens(tokenizer)),
       runner_(weights, runner_options(options)),
       scheduler_(scheduler_config(weights, options, runner_), runner_.kv_shape().n_blocks,
@@ -334,6 +334,7 @@ bool LLMEngine::step() {
   const auto forward_start = Sequence::Clock::now();
   ForwardObserver* observer = observe_step(chunks);
   runner_.set_observer(observer);
+  if (before_forward_) before_forward_(batch_);
   const std::span<const float> logits = runner_.run(batch_);
   if (observer != forward_observer_) runner_.set_observer(forward_observer_);
   if (std::any_of(chunks.begin(), chunks.end(), [](const auto& c) { return c.seq->n_draft > 0; })) {

@@ -37,7 +37,14 @@ struct LLMEngineOptions {
   EngineOptions engine;            // context, KV pool size, block size, prefix caching, KV dtype
   SchedulerConfig scheduler;       // token budget, max sequences
   SpeculativeOptions speculative;  // proposer for speculative decoding (off by default)
+  // Called with each step's batch just before the forward pass runs it: serve --tp/--pp's rank 0
+  // sends the step to the ranks that follow it (parallel/step_mirror.h). Empty: none.
+  std::function<void(const Batch&)> before_forward;
 };
+
+// The options LLMEngine builds its ModelRunner with (the step and guess sizes that size a window
+// layers' pool added): what a rank that only runs the steps rank 0 sends must build too.
+EngineOptions runner_options(const LLMEngineOptions& options);
 
 class LLMEngine {
  public:
@@ -137,6 +144,7 @@ class LLMEngine {
     std::vector<int32_t> tokens;
   };
 
+  std::function<void(const Batch&)> before_forward_;
   const Tokenizer* tokenizer_;
   // Tokens that end a generation: EOS, and the end-of-turn tokens of chat templates whose turns do
   // not end with EOS (Gemma's <end_of_turn>, Phi-3's <|end|>, ...) when the vocabulary has them.

@@ -1,5 +1,6 @@
 #include "ember/parallel/communicator.h"
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,7 @@ class SingleProcess final : public Communicator {
   void send(const float*, int64_t, int) override {}
   void receive(float*, int64_t, int) override {}
   void broadcast(float*, int64_t, int) override {}
+  void broadcast_bytes(void*, int64_t, int, bool) override {}
   [[noreturn]] void abort(int code) override { std::exit(code); }
   std::unique_ptr<Communicator> split(int, int) override {
     return std::make_unique<SingleProcess>();
@@ -110,6 +112,26 @@ class MpiComm final : public Communicator {
     MPI_Request request;
     MPI_Ibcast(x, count_of(n, "broadcast"), MPI_FLOAT, root, comm_, &request);
     finish(request, "logits' broadcast");
+  }
+  void broadcast_bytes(void* x, int64_t bytes, int root, bool idle) override {
+    MPI_Request request;
+    MPI_Ibcast(x, count_of(bytes, "broadcast"), MPI_BYTE, root, comm_, &request);
+    if (!idle) {
+      finish(request, "step's broadcast");
+      return;
+    }
+    // Spin for the first millisecond (the next step of a busy server), then poll every 500 us.
+    const double spin_until = MPI_Wtime() + 1e-3;
+    for (;;) {
+      int done = 0;
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (MPI_Wtime() < spin_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+    }
   }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);

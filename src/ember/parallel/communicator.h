@@ -32,6 +32,10 @@ class Communicator {
   virtual void receive(float* x, int64_t n, int from) = 0;
   // Rank `root`'s n floats into x on every rank.
   virtual void broadcast(float* x, int64_t n, int root) = 0;
+  // Rank `root`'s `bytes` bytes into x on every rank. `idle`: a rank waiting for work that may
+  // be long in coming (serve's followers between requests): no rank timeout, and after a short
+  // spin it sleeps between polls instead of holding a core.
+  virtual void broadcast_bytes(void* x, int64_t bytes, int root, bool idle) = 0;
   // Ends the processes of every rank with `code` (after an error on this one).
   [[noreturn]] virtual void abort(int code) = 0;
   // The ranks that give the same `color` as a communicator of their own, ranked by `key` (every

@@ -177,7 +177,9 @@ TEST(SlidingWindow, SpeculationKeepsTheTokens) {
       EXPECT_GT(got.spec.verify_steps, 0);
       rejected += got.spec.drafted - got.spec.accepted;
     }
-    if (std::string(name) == "phi3.gguf") EXPECT_GT(rejected, 0) << "no guess was rolled back";
+    if (std::string(name) == "phi3.gguf") {
+      EXPECT_GT(rejected, 0) << "no guess was rolled back";
+    }
   }
 }
 
@@ -222,7 +224,9 @@ TEST(SlidingWindow, RejectedGuessesNeverTakeTheWindowsBlocks) {
     // Blocks behind the window did go back.
     const KvBlockTable& table = apart ? s.window_table : s.block_table;
     EXPECT_TRUE(KvBlockManager::has_released_blocks(table));
-    if (apart) EXPECT_FALSE(KvBlockManager::has_released_blocks(s.block_table));
+    if (apart) {
+      EXPECT_FALSE(KvBlockManager::has_released_blocks(s.block_table));
+    }
   }
 }
 
