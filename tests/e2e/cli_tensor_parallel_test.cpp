@@ -112,6 +112,28 @@ TEST(CliTensorParallel, Stories260KSplitByHeadsAndByLayersMatchesOneProcess) {
                           {{"--tp 2", 2}, {"--tp 4", 4}, {"--pp 2", 2}, {"--tp 2 --pp 2", 4}});
 }
 
+// Mixtures (moe-zoo: Mixtral with 8 experts of 128 rows, Qwen2-MoE with a shared expert of 256
+// and QKV biases) split by heads and expert rows (each rank runs its rows of every expert the
+// router picks, the router whole on every rank), and GPT-2's layout (family-zoo: fused QKV,
+// biases everywhere, learned positions, LayerNorm) by heads.
+TEST(CliTensorParallel, MixturesAndGpt2SplitByHeadsMatchOneProcess) {
+  EMBER_REQUIRE_MPI();
+  for (const char* name : {"moe-zoo/mixtral.gguf", "moe-zoo/qwen2moe.gguf"}) {
+    SCOPED_TRACE(name);
+    const auto model = test::fixture(std::string("models/") + name);
+    EMBER_REQUIRE_FIXTURE(model);
+    expect_split_runs_match(model.string(), "", 512, {{"--tp 2", 2}, {"--tp 2 --pp 2", 4}});
+  }
+  const auto gpt2 = test::fixture("models/family-zoo/gpt2.gguf");
+  EMBER_REQUIRE_FIXTURE(gpt2);
+  expect_split_runs_match(gpt2.string(), "", 50257, {{"--tp 2", 2}});
+  // OLMoE's Q/K norms span every head: refused by name.
+  const auto olmoe = test::fixture("models/moe-zoo/olmoe.gguf");
+  const auto r = mpirun_ember(2, "run -m " + test::shell_quote(olmoe.string()) + " --tp 2 -n 4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("Q/K norms over whole projections"), std::string::npos) << r.err;
+}
+
 // SmolLM2-135M's shape (d_model 576, 9 heads over 3 KV heads, d_ffn 1536, vocab 49,152) cut to
 // 4 layers, written by the fixture tool, loaded as f32: three ranks of 3 heads, 1 KV head, 512
 // FFN rows each.

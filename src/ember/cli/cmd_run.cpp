@@ -96,6 +96,12 @@ void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunSta
       s.ttft * 1e3, prefill_tps, decode_tps, static_cast<long long>(s.kv_bytes),
       static_cast<long long>(s.kv_bytes / kv.bytes_per_block()),
       static_cast<long long>(kv.block_size));
+  if (engine.window_kv() != nullptr) {
+    std::fprintf(stderr,
+                 "[ember] (those bytes include the sliding-window layers' own pool, window %lld; "
+                 "the blocks count the global layers' blocks' size)\n",
+                 static_cast<long long>(engine.runner().window_layers_window()));
+  }
   const SpeculativeStats& spec = engine.speculative_stats();
   if (spec.verify_steps > 0 || spec.propose_seconds > 0) {
     std::fprintf(stderr,

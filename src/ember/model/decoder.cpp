@@ -156,6 +156,7 @@ void DecoderModel::mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
   const ModelConfig& c = config_;
   if (c.is_moe()) {
     moe_mlp(layer, lw, T);
+    reduce_partial_sums(T);  // --tp: each rank ran its rows of every expert
     return;
   }
   const int64_t F = c.d_ffn;

@@ -14,6 +14,7 @@ namespace {
 
 struct ShardRanges {
   Range q, kv, ffn;
+  Range expert, shared_expert;  // rows of each routed expert, of the shared expert
 };
 
 ShardRanges ranges_of(const ModelConfig& full, const ModelConfig& local, TensorSplit split) {
@@ -26,6 +27,8 @@ ShardRanges ranges_of(const ModelConfig& full, const ModelConfig& local, TensorS
                                                         : split.rank * full.n_kv_heads / split.size;
   r.kv = {kv_head * hd, local.n_kv_heads * hd};
   r.ffn = {split.rank * local.d_ffn, local.d_ffn};
+  r.expert = {split.rank * local.d_expert_ffn, local.d_expert_ffn};
+  r.shared_expert = {split.rank * local.d_shared_expert_ffn, local.d_shared_expert_ffn};
   return r;
 }
 
@@ -54,8 +57,9 @@ class Cutter {
   // bytes; quantized blocks must not be cut.
   void column_cut(StoredTensor& t, const std::vector<Range>& parts) {
     TensorView& v = t.view;
-    const bool vector = v.shape.size() == 1;
-    const int64_t cols = v.shape.back(), rows = vector ? 1 : v.shape[0];
+    const int64_t cols = v.shape.back();
+    int64_t rows = 1;  // every dimension but the last (a 3-D [experts, rows, cols] too)
+    for (size_t d = 0; d + 1 < v.shape.size(); ++d) rows *= v.shape[d];
     const int64_t block = dtype_block_elems(v.dtype);
     int64_t kept = 0;
     for (const Range& p : parts) {
@@ -80,8 +84,20 @@ class Cutter {
         out += n;
       }
     }
-    own(t, std::move(bytes),
-        vector ? std::vector<int64_t>{kept} : std::vector<int64_t>{rows, kept});
+    std::vector<int64_t> shape = v.shape;
+    shape.back() = kept;
+    own(t, std::move(bytes), std::move(shape));
+  }
+
+  // Rows `r` of each expert of a 3-D [experts, rows, cols] tensor, still 3-D.
+  void expert_rows(StoredTensor& t, Range r) {
+    const std::vector<int64_t> shape = t.view.shape;
+    std::vector<Range> parts;
+    for (int64_t e = 0; e < shape[0]; ++e) parts.push_back({e * shape[1] + r.begin, r.count});
+    TensorView& v = t.view;
+    v.shape = {shape[0] * shape[1], shape[2]};  // stacked_rows reads it as rows
+    stacked_rows(t, parts);
+    t.view.shape = {shape[0], r.count, shape[2]};
   }
 
   // Row ranges `parts` stacked (a fused [q; k; v] or [gate; up] matrix, or its bias).
@@ -98,12 +114,6 @@ class Cutter {
       out += p.count * row_bytes;
     }
     own(t, std::move(bytes), {rows, v.shape.back()});
-  }
-
-  // A bias added once after the partial sums are reduced: zeros on every rank but the first.
-  void zeroed(StoredTensor& t) {
-    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(t.view.nbytes), 0);
-    own(t, std::move(bytes), t.view.shape);
   }
 
  private:
@@ -153,10 +163,6 @@ ModelConfig shard_config(const ModelConfig& full, TensorSplit split) {
   const std::string tp = "--tp " + std::to_string(n);
   const auto refuse = [](const std::string& why) { throw Error::invalid_request("--tp", why); };
   if (n < 1 || split.rank < 0 || split.rank >= n) refuse(tp + ": rank out of range");
-  if (full.is_moe()) refuse(tp + ": mixtures of experts are not split across ranks yet");
-  if (full.linear_biases || full.learned_positions) {
-    refuse(tp + ": " + full.architecture + " (GPT-2's layout) is not split across ranks yet");
-  }
   if (full.qk_norm_whole) refuse(tp + ": Q/K norms over whole projections do not split by heads");
   if (full.n_heads % n != 0) {
     refuse(tp + " does not divide the " + std::to_string(full.n_heads) + " attention heads");
@@ -168,10 +174,21 @@ ModelConfig shard_config(const ModelConfig& full, TensorSplit split) {
     refuse(tp + " neither divides the " + std::to_string(full.n_kv_heads) +
            " KV heads nor is a multiple of them");
   }
+  if (full.d_expert_ffn % n != 0) {
+    refuse(tp + " does not divide the experts' " + std::to_string(full.d_expert_ffn) + " rows");
+  }
+  if (full.d_shared_expert_ffn % n != 0) {
+    refuse(tp + " does not divide the shared expert's " + std::to_string(full.d_shared_expert_ffn) +
+           " rows");
+  }
   ModelConfig local = full;
   local.n_heads = full.n_heads / n;
   local.n_kv_heads = full.n_kv_heads >= n ? full.n_kv_heads / n : 1;
   local.d_ffn = full.d_ffn / n;
+  // Mixtures: every expert's gate/up rows and down columns split like a dense FFN's (the router
+  // and the shared expert's gate stay whole: every rank routes the same tokens the same way).
+  local.d_expert_ffn = full.d_expert_ffn / n;
+  local.d_shared_expert_ffn = full.d_shared_expert_ffn / n;
   return local;
 }
 
@@ -191,7 +208,9 @@ Checkpoint shard_checkpoint(const Checkpoint& full, TensorSplit split) {
   for (auto& [name, t] : ckpt.tensors) {
     if (t.transposed) {
       throw Error::invalid_request(
-          "--tp", "--tp: " + t.stored_name + " is stored transposed; not split across ranks yet");
+          "--tp", "--tp: " + t.stored_name +
+                      " is stored transposed (an HF GPT-2 checkpoint); not split across ranks "
+                      "yet: write it as GGUF first (ember quantize)");
     }
     const auto is = [&](const char* suffix) { return ends_with(name, suffix); };
     if (is(".self_attn.q_proj.weight") || is(".self_attn.q_proj.bias")) {
@@ -211,9 +230,23 @@ Checkpoint shard_checkpoint(const Checkpoint& full, TensorSplit split) {
       cut.stacked_rows(t, {r.ffn, {full.config.d_ffn + r.ffn.begin, r.ffn.count}});
     } else if (is(".mlp.down_proj.weight")) {
       cut.column_cut(t, {r.ffn});
-    } else if ((is(".self_attn.o_proj.bias") || is(".mlp.down_proj.bias")) && split.rank != 0) {
-      cut.zeroed(t);
+    } else if (is(".mlp.experts.gate_proj.weight") || is(".mlp.experts.up_proj.weight")) {
+      cut.expert_rows(t, r.expert);  // [E, F, D]
+    } else if (is(".mlp.experts.down_proj.weight")) {
+      cut.column_cut(t, {r.expert});  // [E, D, F]
+    } else if (name.find(".mlp.experts.") != std::string::npos &&
+               (is(".gate_proj.weight") || is(".up_proj.weight"))) {
+      cut.rows(t, r.expert);  // an HF checkpoint's expert apart: [F, D]
+    } else if (name.find(".mlp.experts.") != std::string::npos && is(".down_proj.weight")) {
+      cut.column_cut(t, {r.expert});
+    } else if (is(".mlp.shared_expert.gate_proj.weight") ||
+               is(".mlp.shared_expert.up_proj.weight")) {
+      cut.rows(t, r.shared_expert);
+    } else if (is(".mlp.shared_expert.down_proj.weight")) {
+      cut.column_cut(t, {r.shared_expert});
     }
+    // O's and down's biases stay whole on every rank: the decoder adds them after the partial
+    // sums are reduced, when every rank holds the whole sum.
   }
   return ckpt;
 }
