@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -83,6 +84,46 @@ TEST(ServerKvOffload, DiskTierSurvivesARestartAndSkipsACorruptEntry) {
   test::ServerProcess bad(args + " --kv-offload-disk lots");
   EXPECT_FALSE(bad.ready());
   EXPECT_NE(bad.startup_error().find("lots"), std::string::npos) << bad.startup_error();
+}
+
+// A disk whose writes fail: under a file-size limit of 8 KiB (prlimit) every block file (~12 KiB
+// for stories260K) is refused by the kernel mid-write with EFBIG, the path a full disk's ENOSPC
+// takes. A pool of 8 blocks makes the cache spill while serving: one warning, the tier off and
+// counted, no file left behind, and every request still answered with its greedy text.
+TEST(ServerKvOffload, AFailingDiskTurnsTheTierOffAndRequestsGoOn) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  if (std::system("command -v prlimit >/dev/null 2>&1") != 0) GTEST_SKIP() << "no prlimit";
+  const fs::path dir = test::scratch_dir("server-kv-offload-full") / "tier";
+  test::ServerProcess server("-m " + test::shell_quote(model.string()) +
+                                 " -t 2 --kv-blocks 8 --kv-offload-dir " + dir.string(),
+                             "prlimit --fsize=8192");
+  ASSERT_TRUE(server.ready()) << server.startup_error();
+  for (int i = 0; i < 6; ++i) {
+    // Distinct 33-token prompts: each leaves two full blocks in the prefix cache, evicted (and
+    // spilled) by the next ones.
+    const std::string prompt = std::to_string(i) + " " + kPrompt;
+    test::HttpResult r =
+        test::post_json(server.port(), "/v1/completions",
+                        json{{"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body)["choices"][0]["text"],
+              test::ember_run_greedy(model.string(), prompt, 5));
+  }
+  auto m = test::server_metrics(server.port());
+  EXPECT_GE(m["ember_kv_offload_disk_write_failures_total"], 1);
+  EXPECT_EQ(m["ember_kv_offload_disk_enabled"], 0);
+  EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
+  const std::string log = server.log();
+  EXPECT_NE(log.find("turned off (write failed"), std::string::npos) << log;
+  EXPECT_EQ(log.find("turned off", log.find("turned off") + 1), std::string::npos)
+      << "warned once: " << log;
+  int left = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    ++left;
+    ADD_FAILURE() << "left behind: " << e.path();
+  }
+  EXPECT_EQ(left, 0);
 }
 
 }  // namespace

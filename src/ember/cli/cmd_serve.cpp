@@ -256,6 +256,9 @@ int serve_command(const ServeOptions& o) {
   // blocked. A write to a closed socket must be an
   // error return (the client went away), not a process-killing SIGPIPE.
   ::signal(SIGPIPE, SIG_IGN);
+  // Likewise a write past a file-size limit (ulimit -f) must fail the write (EFBIG: the KV disk
+  // tier turns itself off, as on a full disk), not kill the server.
+  ::signal(SIGXFSZ, SIG_IGN);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
