@@ -131,18 +131,15 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
     return o.kv_blocks;
   }
   const ModelConfig& c = model.weights.config;
-  KvShape shape;
-  shape.n_layers = c.n_layers;
-  shape.n_kv_heads = c.n_kv_heads;
-  shape.head_dim = c.head_dim;
-  shape.block_size = o.block_size;
-  shape.k_dtype = eo.kv_dtype;
-  shape.v_dtype = eo.kv_dtype_of_v();
-  const int64_t per_block = shape.bytes_per_block();
+  // A block's bytes in the main pool (the global layers' only when Gemma's sliding layers have a
+  // pool of their own, whose size is set apart first).
+  const KvPoolCosts costs = kv_pool_costs(model.weights, eo);
+  const int64_t per_block = costs.block_bytes;
+  const int64_t window_pool = costs.window_blocks * costs.window_block_bytes;
   const int64_t weights = model.weights.matrix_bytes();
   if (!o.mem.empty()) {
     const int64_t budget = parse_byte_size(o.mem);
-    const int64_t blocks = (budget - weights) / per_block;
+    const int64_t blocks = (budget - weights - window_pool) / per_block;
     if (blocks < 1) {
       throw Error::invalid_request("--mem", "--mem " + o.mem +
                                                 " leaves no room for the KV cache "
@@ -158,7 +155,8 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
   // MemAvailable counts the page cache the mapped weights sit in, so the cap is half of it for
   // the cache alone (a model larger than that still gets a pool).
   const int64_t available = available_memory();
-  const int64_t cap = available > 0 ? std::max<int64_t>(1, available / 2 / per_block) : wanted;
+  const int64_t cap =
+      available > 0 ? std::max<int64_t>(1, (available / 2 - window_pool) / per_block) : wanted;
   *how = wanted <= cap ? "max-seqs x context" : "half the available memory";
   return std::min(wanted, cap);
 }
@@ -277,12 +275,12 @@ int serve_command(const ServeOptions& o) {
   so.engine = o.model.engine_options(draft.get());
   so.engine.engine.max_sequences = o.max_seqs;
   so.engine.engine.block_size = o.block_size;
-  std::string kv_sizing;
-  so.engine.engine.kv_blocks = kv_pool_blocks(o, model, so.engine.engine, &kv_sizing);
   so.engine.engine.prefix_caching = !o.no_prefix_cache;
   so.engine.engine.kv_tiers = o.offload.parsed();
   so.engine.scheduler.max_sequences = o.max_seqs;
   so.engine.scheduler.max_batched_tokens = o.max_batched_tokens;
+  std::string kv_sizing;
+  so.engine.engine.kv_blocks = kv_pool_blocks(o, model, runner_options(so.engine), &kv_sizing);
   so.max_waiting = o.max_waiting;
   if (split) {
     // Every rank's pool has rank 0's block count (each sized it from its own free memory), and

@@ -46,12 +46,14 @@ bool keeps_window_layers_apart(const ModelWeights& w, const EngineOptions& o) {
 // Blocks the window layers' pool needs so that it never runs short before the main pool: each
 // sequence keeps its window (plus guesses not yet verified) and a partial block at each end, and
 // one step writes at most max_step_tokens new positions in all. Never more than the main pool.
-int64_t window_pool_size(const EngineOptions& o, const KvShape& main, int64_t window) {
+int64_t window_pool_wanted(const EngineOptions& o, int64_t window) {
   const int64_t bs = o.block_size;
   const int64_t per_sequence = (window + o.max_draft_tokens + bs - 1) / bs + 2;
-  const int64_t blocks =
-      std::max<int64_t>(1, o.max_sequences) * per_sequence + (o.max_step_tokens + bs - 1) / bs;
-  return std::min(main.n_blocks, blocks);
+  return std::max<int64_t>(1, o.max_sequences) * per_sequence + (o.max_step_tokens + bs - 1) / bs;
+}
+
+int64_t window_pool_size(const EngineOptions& o, const KvShape& main, int64_t window) {
+  return std::min(main.n_blocks, window_pool_wanted(o, window));
 }
 
 std::vector<bool> windowed_layers(const ModelConfig& c) {
@@ -61,6 +63,23 @@ std::vector<bool> windowed_layers(const ModelConfig& c) {
 }
 
 }  // namespace
+
+KvPoolCosts kv_pool_costs(const ModelWeights& weights, const EngineOptions& options) {
+  KvShape shape = make_kv_shape(weights, options, 1);
+  KvPoolCosts costs;
+  if (!keeps_window_layers_apart(weights, options)) {
+    costs.block_bytes = shape.bytes_per_block();
+    return costs;
+  }
+  const std::vector<bool> windowed = windowed_layers(weights.config);
+  const auto n_window = static_cast<int64_t>(std::count(windowed.begin(), windowed.end(), true));
+  shape.n_layers = weights.config.n_layers - n_window;
+  costs.block_bytes = shape.bytes_per_block();
+  shape.n_layers = n_window;
+  costs.window_block_bytes = shape.bytes_per_block();
+  costs.window_blocks = window_pool_wanted(options, weights.config.sliding_window);
+  return costs;
+}
 
 std::string EngineOptions::kv_dtype_label() const {
   std::string label = dtype_name(kv_dtype);

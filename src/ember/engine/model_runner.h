@@ -46,6 +46,16 @@ struct EngineOptions {
   int64_t max_draft_tokens = 0;
 };
 
+// What a KV pool of `options` costs for `weights` before it is allocated (serve sizes it from a
+// memory budget): bytes per block of the main pool and, when the sliding-window layers are kept
+// apart, of their pool and its block count at most (it never exceeds the main pool's).
+struct KvPoolCosts {
+  int64_t block_bytes = 0;
+  int64_t window_block_bytes = 0;
+  int64_t window_blocks = 0;
+};
+KvPoolCosts kv_pool_costs(const ModelWeights& weights, const EngineOptions& options);
+
 class ModelRunner {
  public:
   ModelRunner(const ModelWeights& weights, const EngineOptions& options);

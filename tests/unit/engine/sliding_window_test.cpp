@@ -278,5 +278,29 @@ TEST(SlidingWindow, GemmaFollowUpFindsItsPrefixInBothPools) {
   EXPECT_EQ(got.cached_prompt_tokens, 56);
 }
 
+// What serve sizes its pool by (kv_pool_costs): with Gemma's sliding layers apart a main block
+// holds the 13 global layers only, and the window pool's size is set apart (4 sequences x (8
+// positions in blocks of 16: 1, plus 2) + a 512-token step's 32 blocks); kept together (offload
+// tiers on) a block holds all 26 layers and there is no window pool.
+TEST(SlidingWindow, PoolCostsCountTheGlobalLayersAndTheWindowPool) {
+  if (!std::filesystem::exists(test::fixture("models/family-zoo/gemma2.gguf"))) {
+    GTEST_SKIP() << "no family-zoo fixture";
+  }
+  const LoadedModel model = load_zoo("gemma2.gguf");
+  EngineOptions eo;
+  eo.block_size = 16;
+  eo.max_sequences = 4;
+  eo.max_step_tokens = 512;
+  const int64_t layer_block = 16 * 2 * 2 * 64 * 4;  // 16 tokens x K,V x 2 kv heads x 64 x f32
+  KvPoolCosts costs = kv_pool_costs(model.weights, eo);
+  EXPECT_EQ(costs.block_bytes, 13 * layer_block);
+  EXPECT_EQ(costs.window_block_bytes, 13 * layer_block);
+  EXPECT_EQ(costs.window_blocks, 4 * 3 + 32);
+  eo.kv_tiers.ram_bytes = int64_t{1} << 20;
+  costs = kv_pool_costs(model.weights, eo);
+  EXPECT_EQ(costs.block_bytes, 26 * layer_block);
+  EXPECT_EQ(costs.window_blocks, 0);
+}
+
 }  // namespace
 }  // namespace ember
