@@ -334,6 +334,7 @@ ParallelPlanInput parallel_input(const CapacityPlanInput& base, const ModelConfi
   in.d_ffn = c.is_moe() ? c.d_expert_ffn : c.d_ffn;
   in.vocab = c.vocab_size;
   in.tied_embeddings = c.tie_word_embeddings;
+  in.qk_norm_across_ranks = c.qk_norm_whole;
   uint64_t embeddings = 0, token_table = 0;
   for (const TensorRow& r : rows) {
     const auto bytes = static_cast<int64_t>(r.nbytes);

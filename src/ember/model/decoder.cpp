@@ -78,7 +78,9 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
     backend_.add_bias(k_.data(), lw.bk, T, c.kv_dim());
     backend_.add_bias(v_.data(), lw.bv, T, c.kv_dim());
   }
-  if (lw.q_norm != nullptr && c.qk_norm_whole) {
+  if (lw.q_norm != nullptr && c.qk_norm_whole && c.tp_ranks > 1) {
+    whole_qk_norm_across_ranks(lw, T);
+  } else if (lw.q_norm != nullptr && c.qk_norm_whole) {
     // OLMoE: one RMSNorm over each token's whole Q (K) projection.
     backend_.rmsnorm(q_.data(), lw.q_norm, q_.data(), T, c.q_dim(), c.rms_norm_eps);
     backend_.rmsnorm(k_.data(), lw.k_norm, k_.data(), T, c.kv_dim(), c.rms_norm_eps);
@@ -112,6 +114,40 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
   matmul("wo", attn_.data(), T, {&lw.wo}, {tmp_.data()});
   reduce_partial_sums(T);
   if (lw.bo != nullptr) backend_.add_bias(tmp_.data(), lw.bo, T, c.d_model);
+}
+
+void DecoderModel::whole_qk_norm_across_ranks(const LayerWeights& lw, int64_t T) {
+  const ModelConfig& c = config_;
+  const int64_t qd = c.q_dim(), kd = c.kv_dim();
+  const std::span<const float> q = backend_.to_host(q_.data(), T * qd, host_qk_[0]);
+  const std::span<const float> k = backend_.to_host(k_.data(), T * kd, host_qk_[1]);
+  // Per token: the sum of squares of this rank's Q part [0, T) and K part [T, 2T).
+  qk_sums_.assign(static_cast<size_t>(2 * T), 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    double sq = 0.0, sk = 0.0;
+    for (int64_t i = 0; i < qd; ++i) sq += double(q[t * qd + i]) * q[t * qd + i];
+    for (int64_t i = 0; i < kd; ++i) sk += double(k[t * kd + i]) * k[t * kd + i];
+    qk_sums_[static_cast<size_t>(t)] = static_cast<float>(sq);
+    qk_sums_[static_cast<size_t>(T + t)] = static_cast<float>(sk);
+  }
+  weights_.reduce_partial_sums(qk_sums_.data(), 2 * T);
+  // Each KV head is held by kv_head_copies ranks: the K sums counted it that many times.
+  const auto q_all = static_cast<double>(qd * c.tp_ranks);
+  const auto k_all = static_cast<double>(kd * c.tp_ranks / c.kv_head_copies);
+  const auto norm = [&](std::span<const float> x, int64_t n, double all, double copies,
+                        const float* weight, size_t sum0, std::vector<float>& out) {
+    out.resize(static_cast<size_t>(T * n));
+    for (int64_t t = 0; t < T; ++t) {
+      const double mean = qk_sums_[sum0 + static_cast<size_t>(t)] / copies / all;
+      const auto inv = static_cast<float>(1.0 / std::sqrt(mean + c.rms_norm_eps));
+      for (int64_t i = 0; i < n; ++i) out[t * n + i] = x[t * n + i] * inv * weight[i];
+    }
+  };
+  norm(q, qd, q_all, 1.0, backend_.to_host(lw.q_norm, qd, host_norm_[0]).data(), 0, normed_qk_);
+  backend_.from_host(q_.data(), normed_qk_.data(), T * qd);
+  norm(k, kd, k_all, static_cast<double>(c.kv_head_copies),
+       backend_.to_host(lw.k_norm, kd, host_norm_[1]).data(), static_cast<size_t>(T), normed_qk_);
+  backend_.from_host(k_.data(), normed_qk_.data(), T * kd);
 }
 
 void DecoderModel::moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T) {

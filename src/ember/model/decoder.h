@@ -34,6 +34,10 @@ class DecoderModel : public Model {
   // tmp = sum over each token's k experts of weight * expert(xn) (+ the gated shared expert):
   // the step's tokens grouped by expert, each active expert run once on its tokens.
   void moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T);
+  // OLMoE's whole-projection Q/K RMSNorms under --tp: this rank holds some heads of each token's
+  // Q [T, q_dim] and K [T, kv_dim]; the sums of squares are all-reduced (2T floats) so that each
+  // rank scales its part by the whole projection's RMS.
+  void whole_qk_norm_across_ranks(const LayerWeights& lw, int64_t T);
   // Final norm, lm_head and soft-cap for the batch's logit rows.
   std::span<const float> logits(const Batch& batch);
   // x += tmp [T, d_model]: the residual add after `sublayer` of `layer`. With an observer, reports
@@ -105,6 +109,9 @@ class DecoderModel : public Model {
   Activations router_, shared_gate_, expert_x_, expert_out_;
   std::vector<float> host_router_, host_shared_gate_;
   ExpertRoutes routes_;
+  // whole_qk_norm_across_ranks: host copies of Q and K and of their norm weights, the per-token
+  // sums of squares [2T], the normed part before it goes back.
+  std::vector<float> host_qk_[2], host_norm_[2], qk_sums_, normed_qk_;
   std::vector<int64_t> expert_load_;  // Model::expert_load()
   // ember trace (forward_observer.h); null: nothing observed. Host staging for its views.
   ForwardObserver* observer_ = nullptr;

@@ -94,6 +94,11 @@ struct ModelConfig {
   // OLMoE: the Q and K norms are RMSNorms over the whole projection ([q_dim], [kv_dim]) before
   // the head split, not per head.
   bool qk_norm_whole = false;
+  // --tp: the ranks the heads are split over, and how many of them hold each KV head (ranks beyond
+  // the KV heads share one). Whole-projection norms need both to sum across ranks; 1 and 1 in one
+  // process.
+  int64_t tp_ranks = 1;
+  int64_t kv_head_copies = 1;
 
   int32_t bos_token_id = 1;
   int32_t eos_token_id = 2;

@@ -127,7 +127,7 @@ ParallelPlan plan_parallel(const ParallelPlanInput& in) {
     st.kv_bytes_per_token_per_rank = whole.kv_bytes_per_token * layers * kv_share;
     st.kv_bytes_per_sequence_per_rank =
         st.kv_bytes_per_token_per_rank * static_cast<double>(whole.resident_tokens);
-    st.all_reduces_per_step = in.tp > 1 ? 2 * st.n_layers : 0;
+    st.all_reduces_per_step = in.tp > 1 ? (in.qk_norm_across_ranks ? 3 : 2) * st.n_layers : 0;
     p.all_reduces_per_step += st.all_reduces_per_step;
     if (m.memory_bytes) {
       const double left = static_cast<double>(*m.memory_bytes) - st.weight_bytes_per_rank;
@@ -137,9 +137,17 @@ ParallelPlan plan_parallel(const ParallelPlanInput& in) {
     }
     p.stages.push_back(st);
   }
-  const double ring = in.tp > 1 ? 2.0 * (tp - 1) / tp * p.all_reduce_bytes_per_token : 0.0;
+  // The sublayer outputs' all-reduces carry d_model floats per token, the norms' 2.
+  const double norm_bytes = 2.0 * 4.0;
+  const auto sums_per_step = [&](const StagePlan& st) {
+    return in.qk_norm_across_ranks ? st.n_layers : int64_t{0};
+  };
+  const double ring = in.tp > 1 ? 2.0 * (tp - 1) / tp : 0.0;
+  const StagePlan& front = p.stages.front();
   p.sent_bytes_per_token_per_rank =
-      static_cast<double>(p.stages.front().all_reduces_per_step) * ring + p.handoff_bytes_per_token;
+      ring * (static_cast<double>(2 * front.n_layers) * p.all_reduce_bytes_per_token +
+              static_cast<double>(sums_per_step(front)) * norm_bytes) +
+      p.handoff_bytes_per_token;
   if (!m.bandwidth_bytes_per_s) return p;
 
   // One stage's step for m sequences: memory, all-reduces, the sampled token's all-gather on the
@@ -150,8 +158,10 @@ ParallelPlan plan_parallel(const ParallelPlanInput& in) {
     const StagePlan& st = p.stages[static_cast<size_t>(s)];
     const double memory =
         (read_bytes[static_cast<size_t>(s)] + seqs * st.kv_bytes_per_sequence_per_rank) / bw;
-    double c = static_cast<double>(st.all_reduces_per_step) *
-               all_reduce_seconds(seqs * p.all_reduce_bytes_per_token, in.tp, link);
+    const auto sums = static_cast<double>(sums_per_step(st));
+    double c = (static_cast<double>(st.all_reduces_per_step) - sums) *
+                   all_reduce_seconds(seqs * p.all_reduce_bytes_per_token, in.tp, link) +
+               sums * all_reduce_seconds(seqs * norm_bytes, in.tp, link);
     if (s == in.pp - 1 && in.tp > 1) {
       c += (tp - 1) * link.latency_s + (tp - 1) / tp * seqs * 8.0 / link.bytes_per_s;
     }

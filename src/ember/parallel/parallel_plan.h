@@ -42,6 +42,8 @@ struct ParallelPlanInput {
   int64_t lm_head_bytes = 0;     // a separate lm_head (last stage); 0 when tied to the embedding
   int64_t other_bytes = 0;       // final norm, positions: on every rank of their stage
   bool tied_embeddings = false;
+  // OLMoE's whole-projection Q/K norms: a third all-reduce per layer (2 floats per token).
+  bool qk_norm_across_ranks = false;
   int tp = 1, pp = 1;
   LinkSpec link;
 };
@@ -51,7 +53,7 @@ struct StagePlan {
   double weight_bytes_per_rank = 0;
   double kv_bytes_per_token_per_rank = 0;
   double kv_bytes_per_sequence_per_rank = 0;  // at the resident context
-  int64_t all_reduces_per_step = 0;           // tp: two per layer
+  int64_t all_reduces_per_step = 0;           // tp: two per layer (three for OLMoE)
   double step_seconds_batch1 = 0;             // memory + this stage's all-reduces, one sequence
 };
 

@@ -43,6 +43,7 @@ class Cutter {
 
   // Rows [r.begin, r.begin + r.count) of a matrix (or elements of a vector), as a view.
   void rows(StoredTensor& t, Range r) {
+    if (t.transposed) return in_file_layout(t, [&] { column_cut(t, {r}); });
     TensorView& v = t.view;
     const int64_t cols = v.shape.size() == 1 ? 1 : v.shape.back();
     const int64_t row_bytes =
@@ -56,6 +57,7 @@ class Cutter {
   // The column ranges `parts` of every row (a vector: of its elements), side by side, as new
   // bytes; quantized blocks must not be cut.
   void column_cut(StoredTensor& t, const std::vector<Range>& parts) {
+    if (t.transposed) return in_file_layout(t, [&] { stacked_rows(t, parts); });
     TensorView& v = t.view;
     const int64_t cols = v.shape.back();
     int64_t rows = 1;  // every dimension but the last (a 3-D [experts, rows, cols] too)
@@ -102,6 +104,7 @@ class Cutter {
 
   // Row ranges `parts` stacked (a fused [q; k; v] or [gate; up] matrix, or its bias).
   void stacked_rows(StoredTensor& t, const std::vector<Range>& parts) {
+    if (t.transposed) return in_file_layout(t, [&] { column_cut(t, parts); });
     TensorView& v = t.view;
     if (v.shape.size() == 1) return column_cut(t, parts);
     const int64_t row_bytes = dtype_row_bytes(v.dtype, v.shape.back());
@@ -117,6 +120,19 @@ class Cutter {
   }
 
  private:
+  // A Conv1D matrix stored [in, out] (GPT-2's HF checkpoints; view.shape is the [out, in] the
+  // model reads, and the loader transposes): the model's rows are the file's columns. `cut` runs
+  // on the file's layout; the shape is then turned back.
+  template <class Cut>
+  void in_file_layout(StoredTensor& t, Cut&& cut) {
+    std::vector<int64_t>& shape = t.view.shape;
+    std::swap(shape.front(), shape.back());
+    t.transposed = false;
+    cut();
+    t.transposed = true;
+    std::swap(shape.front(), shape.back());
+  }
+
   void own(StoredTensor& t, std::shared_ptr<std::vector<uint8_t>> bytes,
            std::vector<int64_t> shape) {
     t.view.data = bytes->data();
@@ -163,7 +179,6 @@ ModelConfig shard_config(const ModelConfig& full, TensorSplit split) {
   const std::string tp = "--tp " + std::to_string(n);
   const auto refuse = [](const std::string& why) { throw Error::invalid_request("--tp", why); };
   if (n < 1 || split.rank < 0 || split.rank >= n) refuse(tp + ": rank out of range");
-  if (full.qk_norm_whole) refuse(tp + ": Q/K norms over whole projections do not split by heads");
   if (full.n_heads % n != 0) {
     refuse(tp + " does not divide the " + std::to_string(full.n_heads) + " attention heads");
   }
@@ -185,6 +200,8 @@ ModelConfig shard_config(const ModelConfig& full, TensorSplit split) {
   local.n_heads = full.n_heads / n;
   local.n_kv_heads = full.n_kv_heads >= n ? full.n_kv_heads / n : 1;
   local.d_ffn = full.d_ffn / n;
+  local.tp_ranks = n;
+  local.kv_head_copies = full.n_kv_heads >= n ? 1 : n / full.n_kv_heads;
   // Mixtures: every expert's gate/up rows and down columns split like a dense FFN's (the router
   // and the shared expert's gate stay whole: every rank routes the same tokens the same way).
   local.d_expert_ffn = full.d_expert_ffn / n;
@@ -206,12 +223,6 @@ Checkpoint shard_checkpoint(const Checkpoint& full, TensorSplit split) {
   const int64_t q_all = full.config.q_dim(), kv_all = full.config.kv_dim();
   Cutter cut(ckpt);
   for (auto& [name, t] : ckpt.tensors) {
-    if (t.transposed) {
-      throw Error::invalid_request(
-          "--tp", "--tp: " + t.stored_name +
-                      " is stored transposed (an HF GPT-2 checkpoint); not split across ranks "
-                      "yet: write it as GGUF first (ember quantize)");
-    }
     const auto is = [&](const char* suffix) { return ends_with(name, suffix); };
     if (is(".self_attn.q_proj.weight") || is(".self_attn.q_proj.bias")) {
       cut.rows(t, r.q);
@@ -221,6 +232,10 @@ Checkpoint shard_checkpoint(const Checkpoint& full, TensorSplit split) {
     } else if (is(".self_attn.qkv_proj.weight") || is(".self_attn.qkv_proj.bias")) {
       cut.stacked_rows(
           t, {r.q, {q_all + r.kv.begin, r.kv.count}, {q_all + kv_all + r.kv.begin, r.kv.count}});
+    } else if (full.config.qk_norm_whole && is(".self_attn.q_norm.weight")) {
+      cut.rows(t, r.q);  // OLMoE: one weight per Q row, not per head_dim
+    } else if (full.config.qk_norm_whole && is(".self_attn.k_norm.weight")) {
+      cut.rows(t, r.kv);
     } else if (is(".self_attn.o_proj.weight")) {
       cut.column_cut(t, {r.q});
     } else if (is(".mlp.gate_proj.weight") || is(".mlp.up_proj.weight") ||

@@ -35,63 +35,12 @@
 #include "test_util.h"
 #include "unit/engine/step_engine.h"
 #include "unit/formats/format_writers.h"
+#include "unit/model/family_checkpoint.h"
 
 namespace ember {
 namespace {
 
 constexpr double kTolerance = 2e-5;
-
-std::filesystem::path case_file(const std::string& name) {
-  return std::filesystem::path(EMBER_SOURCE_DIR) / "tests/reference/families" / (name + ".json");
-}
-
-// families.py's generator: FNV-1a of the name seeds splitmix64; element k is offset + scale * u_k,
-// u_k = (next() >> 11) * 2^-52 - 1, rounded to float32 (multiply and add kept apart: no FMA).
-std::vector<float> generate(const std::string& name, int64_t n, double offset, double scale) {
-  uint64_t state = 1469598103934665603ull;
-  for (unsigned char c : name) state = (state ^ c) * 1099511628211ull;
-  std::vector<float> out(static_cast<size_t>(n));
-  for (auto& v : out) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const double u = static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0;
-    double product = scale * u;
-    asm volatile("" : "+x"(product));  // no contraction into an FMA
-    v = static_cast<float>(offset + product);
-  }
-  return out;
-}
-
-// Writes the case's HF checkpoint into a scratch directory (without the tensor `skip`, if named);
-// returns it.
-std::filesystem::path write_checkpoint(const nlohmann::json& spec, const std::string& skip = "") {
-  const auto dir = test::scratch_dir("family-" + spec["case"].get<std::string>() + skip);
-  std::ofstream(dir / "config.json") << spec["config"].dump(2);
-  test::SafetensorsWriter w;
-  w.metadata("format", "pt");
-  for (const auto& t : spec["tensors"]) {
-    if (t["name"] == skip) continue;
-    const auto shape = t["shape"].get<std::vector<int64_t>>();
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    w.tensor(t["name"], "F32", shape,
-             test::f32_bytes(
-                 generate(t["name"], n, t["offset"].get<double>(), t["scale"].get<double>())));
-  }
-  test::write_bytes(dir / "model.safetensors", w.build());
-  // A byte-level vocabulary of the 256 bytes (no merges): what `ember quantize` embeds in the GGUF.
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[std::string(byte_level::byte_to_utf8(b))] = b;
-  nlohmann::json tokenizer = {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"added_tokens", nlohmann::json::array()}};
-  std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
-  return dir;
-}
 
 // Logits of every position: one prefill of `prefill` ids, then one id per step.
 std::vector<float> run(const std::filesystem::path& dir, const std::string& backend,
@@ -131,10 +80,10 @@ class FamilyReference : public ::testing::TestWithParam<std::tuple<std::string, 
 TEST_P(FamilyReference, HfCheckpointMatchesTheNumpyReference) {
   const auto& [name, backend] = GetParam();
   EMBER_REQUIRE_BACKEND(backend);
-  std::ifstream in(case_file(name));
-  ASSERT_TRUE(in) << case_file(name);
+  std::ifstream in(test::family_case_file(name));
+  ASSERT_TRUE(in) << test::family_case_file(name);
   const nlohmann::json spec = nlohmann::json::parse(in);
-  const auto dir = write_checkpoint(spec);
+  const auto dir = test::write_family_checkpoint(spec);
   const auto ids = spec["ids"].get<std::vector<int32_t>>();
   const auto positions = spec["positions"].get<std::vector<size_t>>();
   const auto& expected = spec["logits"];
@@ -175,11 +124,6 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::ValuesIn(test::backends_under_test())),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
-nlohmann::json read_case(const std::string& name) {
-  std::ifstream in(case_file(name));
-  return nlohmann::json::parse(in);
-}
-
 std::string load_error(const std::filesystem::path& dir, int64_t max_context = 64) {
   return test::error_message([&] {
     LoadOptions o;
@@ -195,29 +139,30 @@ std::string load_error(const std::filesystem::path& dir, int64_t max_context = 6
 // Bad family checkpoints: one error naming the file and what is wrong, never a crash.
 TEST(FamilyCheckpointErrors, MissingTensorsAndInconsistentConfigs) {
   // GPT-2 without its position table: named as the checkpoint names it.
-  std::string msg = load_error(write_checkpoint(read_case("gpt2"), "wpe.weight"));
+  std::string msg =
+      load_error(test::write_family_checkpoint(test::read_family_case("gpt2"), "wpe.weight"));
   EXPECT_NE(msg.find("missing tensor wpe.weight (gpt2)"), std::string::npos) << msg;
   // Gemma without its post-feedforward norm: the HF name, not ember's canonical one.
-  msg = load_error(
-      write_checkpoint(read_case("gemma2"), "model.layers.1.post_feedforward_layernorm.weight"));
+  msg = load_error(test::write_family_checkpoint(
+      test::read_family_case("gemma2"), "model.layers.1.post_feedforward_layernorm.weight"));
   EXPECT_NE(msg.find("missing tensor model.layers.1.post_feedforward_layernorm.weight"),
             std::string::npos)
       << msg;
   // A context longer than GPT-2's learned positions (64 in this model).
-  msg = load_error(write_checkpoint(read_case("gpt2")), 65);
+  msg = load_error(test::write_family_checkpoint(test::read_family_case("gpt2")), 65);
   EXPECT_NE(msg.find("context 65 is longer than the model's 64 learned positions"),
             std::string::npos)
       << msg;
   // layer_types that do not follow the sliding-window pattern.
-  nlohmann::json gemma3 = read_case("gemma3");
+  nlohmann::json gemma3 = test::read_family_case("gemma3");
   gemma3["config"]["layer_types"][0] = "full_attention";
-  msg = load_error(write_checkpoint(gemma3));
+  msg = load_error(test::write_family_checkpoint(gemma3));
   EXPECT_NE(msg.find("layer_types does not follow the sliding_window_pattern 3"), std::string::npos)
       << msg;
   // LongRoPE factors of the wrong length.
-  nlohmann::json phi3 = read_case("phi3_longrope");
+  nlohmann::json phi3 = test::read_family_case("phi3_longrope");
   phi3["config"]["rope_scaling"]["long_factor"].erase(0);
-  msg = load_error(write_checkpoint(phi3));
+  msg = load_error(test::write_family_checkpoint(phi3));
   EXPECT_NE(msg.find("long_factor/short_factor must have rope_dim/2 = 8 values"), std::string::npos)
       << msg;
 }

@@ -101,6 +101,14 @@ TEST(ParallelPlan, TheTimeModelByHand) {
   const double comm = 4 * (2e-6 + 4.096e-6) + (1e-6 + 4e-9);
   EXPECT_NEAR(*p.decode_tokens_per_s_batch1, 1.0 / (1e-3 + comm), 1e-6);
   EXPECT_NEAR(*p.comm_share_batch1, comm / (1e-3 + comm), 1e-12);
+  // OLMoE's whole-projection Q/K norms: one more all-reduce per layer, of 2 floats per token
+  // (2 us + 8 ns each).
+  in.qk_norm_across_ranks = true;
+  const ParallelPlan o = plan_parallel(in);
+  EXPECT_EQ(o.all_reduces_per_step, 6);
+  EXPECT_NEAR(*o.decode_tokens_per_s_batch1, 1.0 / (1e-3 + comm + 2 * (2e-6 + 8e-9)), 1e-6);
+  EXPECT_DOUBLE_EQ(o.sent_bytes_per_token_per_rank, p.sent_bytes_per_token_per_rank + 2 * 8.0);
+  in.qk_norm_across_ranks = false;
   // Pipelined over 2 stages instead: batch 1 runs them in turn (1 ms of memory in all) plus the
   // hand-off and the token's way back; a batch of 2 keeps both busy with one sequence each.
   in.tp = 1;
