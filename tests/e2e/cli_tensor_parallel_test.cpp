@@ -76,7 +76,8 @@ struct Split {
 void expect_split_runs_match(
     const std::string& model, const std::string& extra, int64_t vocab,
     const std::vector<Split>& splits,
-    const std::string& prompt = "Once upon a time, there was a little girl named Lily.") {
+    const std::string& prompt = "Once upon a time, there was a little girl named Lily.",
+    int micro_batches = 0) {
   const auto dir = test::scratch_dir("tp-logits");
   const std::string base = "-m " + test::shell_quote(model) + extra + " -t 1";
   auto one =
@@ -96,6 +97,13 @@ void expect_split_runs_match(
         ranks, "run " + split + " -p " + test::shell_quote(prompt) + " -n 24 --temp 0");
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.out, one.out) << "only rank 0 prints, and it prints the same text";
+    if (micro_batches > 0) {
+      // A 24-token run is one prefill and 23 decode steps; only the prefill is cut.
+      EXPECT_NE(run.err.find("24 steps handed on as " + std::to_string(23 + micro_batches) +
+                             " micro-batches"),
+                std::string::npos)
+          << run.err;
+    }
     const auto split_logits = dir / ("split" + std::to_string(i) + ".f32");
     auto s = mpirun_ember(ranks, "score " + split + " -q -p " + test::shell_quote(prompt) +
                                      " --logits-out " + test::shell_quote(split_logits.string()));
@@ -112,6 +120,15 @@ TEST(CliTensorParallel, Stories260KSplitByHeadsAndByLayersMatchesOneProcess) {
   EMBER_REQUIRE_FIXTURE(model);
   expect_split_runs_match(model.string(), "", 512,
                           {{"--tp 2", 2}, {"--tp 4", 4}, {"--pp 2", 2}, {"--tp 2 --pp 2", 4}});
+  // A prompt of ~110 tokens: under --pp its prefill runs as micro-batches (2, then 5), each stage
+  // on one while the next stage runs the one before; the logits of every prompt token (score)
+  // come back in their places.
+  std::string story;
+  for (int i = 0; i < 8; ++i) story += "Once upon a time, there was a little girl named Lily. ";
+  expect_split_runs_match(
+      model.string(), "", 512,
+      {{"--pp 2 --pp-micro-batches 2", 2}, {"--tp 2 --pp 2 --pp-micro-batches 2", 4}}, story, 2);
+  expect_split_runs_match(model.string(), "", 512, {{"--pp 2 --pp-micro-batches 5", 2}}, story, 5);
 }
 
 // Mixtures (moe-zoo: Mixtral with 8 experts of 128 rows, Qwen2-MoE with a shared expert of 256

@@ -54,6 +54,12 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
                  "(consecutive layers on each; the hidden states handed on, the last stage's "
                  "logits sent to all; run, score, bench, serve)")
       ->capture_default_str();
+  app.add_option("--pp-micro-batches", o.pp_micro_batches,
+                 "With --pp: cut a step of many tokens (a prompt) into up to N micro-batches so "
+                 "that the stages work at once, each on another (0: 4 per stage; 1: off; a "
+                 "micro-batch holds 16 tokens at least, so decode steps stay whole)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--rank-timeout", o.rank_timeout,
                  "With --tp/--pp: seconds a rank waits for the others in a step before the job "
                  "ends with an error (a stopped or hung rank)")
@@ -237,6 +243,7 @@ LLMEngineOptions ModelOptions::engine_options(const LoadedModel* draft_model) co
   }
   o.speculative.draft_layers = draft_layers;
   o.engine.max_context = context;
+  o.engine.pipeline_micro_batches = pp_micro_batches > 0 ? pp_micro_batches : 4 * pp;
   return o;
 }
 

@@ -38,14 +38,15 @@ struct ModelOptions {
   std::string kv_dtype_k;  // empty: as --kv-dtype
   std::string kv_dtype_v;
   bool kv_rotate = false;
-  int32_t lookup = 0;         // --lookup N: prompt-lookup speculation
-  int32_t draft_max = 5;      // --draft-max K
-  std::string draft;          // --draft MODEL: speculation with a draft model
-  std::string draft_dtype;    // --draft-dtype: the draft (or the model itself) quantized to this
-  int64_t draft_layers = 0;   // --draft-layers N: the draft cut to its first N layers
-  int tp = 1;                 // --tp N: this process is one of N ranks (mpirun -np N)
-  int pp = 1;                 // --pp N: this process is one of N pipeline stages
-  double rank_timeout = 120;  // --rank-timeout S: the longest wait for the other ranks
+  int32_t lookup = 0;            // --lookup N: prompt-lookup speculation
+  int32_t draft_max = 5;         // --draft-max K
+  std::string draft;             // --draft MODEL: speculation with a draft model
+  std::string draft_dtype;       // --draft-dtype: the draft (or the model itself) quantized to this
+  int64_t draft_layers = 0;      // --draft-layers N: the draft cut to its first N layers
+  int tp = 1;                    // --tp N: this process is one of N ranks (mpirun -np N)
+  int pp = 1;                    // --pp N: this process is one of N pipeline stages
+  int64_t pp_micro_batches = 0;  // --pp-micro-batches N: 0 is 4 per stage
+  double rank_timeout = 120;     // --rank-timeout S: the longest wait for the other ranks
 
   void add_to(CLI::App& app, unsigned sets = 0);
   LoadOptions load_options(bool need_tokenizer) const;

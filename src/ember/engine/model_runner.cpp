@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ember/core/error.h"
+#include "ember/engine/micro_batches.h"
 
 namespace ember {
 
@@ -90,6 +91,7 @@ std::string EngineOptions::kv_dtype_label() const {
 
 ModelRunner::ModelRunner(const ModelWeights& weights, const EngineOptions& options)
     : weights_(weights),
+      micro_batches_(std::max<int64_t>(1, options.pipeline_micro_batches)),
       max_context_(resolve_context(weights, options)),
       window_(keeps_window_layers_apart(weights, options) ? weights.config.sliding_window : 0),
       window_blocks_(
@@ -102,7 +104,27 @@ ModelRunner::ModelRunner(const ModelWeights& weights, const EngineOptions& optio
 
 std::span<const float> ModelRunner::run(Batch& batch) {
   batch.finalize();
-  return model_->forward(batch, kv_);
+  if (!weights_.share_logits) return model_->forward(batch, kv_);
+  return run_pipeline_stage(batch);
+}
+
+std::span<const float> ModelRunner::run_pipeline_stage(const Batch& step) {
+  const int64_t V = weights_.config.vocab_size;
+  const auto R = static_cast<int64_t>(step.logit_rows.size());
+  step_logits_.resize(static_cast<size_t>(R * V));
+  // The hand-offs between stages are point-to-point: this stage starts micro-batch i + 1 as soon
+  // as it has handed i on, while the next stage runs i.
+  const int64_t parts = std::min(micro_batches_, step.size() / kMinMicroBatchTokens);
+  for (const MicroBatch& mb : cut_micro_batches(step, parts)) {
+    const std::span<const float> logits = model_->forward(mb.batch, kv_);  // none before the last
+    if (logits.empty()) continue;
+    for (size_t i = 0; i < mb.logit_index.size(); ++i) {
+      std::copy_n(logits.begin() + static_cast<int64_t>(i) * V, V,
+                  step_logits_.begin() + int64_t{mb.logit_index[i]} * V);
+    }
+  }
+  if (R > 0) weights_.share_logits(step_logits_.data(), R * V);
+  return step_logits_;
 }
 
 }  // namespace ember

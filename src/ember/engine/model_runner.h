@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ember/backend/backend.h"
 #include "ember/backend/kv_cache.h"
@@ -44,6 +45,9 @@ struct EngineOptions {
   // guesses a sequence carries: with the window pool above, they size it.
   int64_t max_step_tokens = 512;
   int64_t max_draft_tokens = 0;
+  // --pp: a step of at least 2 x kMinMicroBatchTokens tokens is cut into up to this many
+  // micro-batches so that the stages overlap (micro_batches.h); 1 runs each step whole.
+  int64_t pipeline_micro_batches = 1;
 };
 
 // What a KV pool of `options` costs for `weights` before it is allocated (serve sizes it from a
@@ -63,6 +67,9 @@ class ModelRunner {
   // Runs one step (finalizing the batch); returns logits [batch.logit_rows.size(), vocab] in host
   // memory, valid until the next call.
   std::span<const float> run(Batch& batch);
+  // A micro-batch holds at least this many tokens: a smaller step (decode) stays whole, since each
+  // micro-batch reads the stage's weights again.
+  static constexpr int64_t kMinMicroBatchTokens = 16;
 
   const ModelWeights& weights() const { return weights_; }
   // The storage of every layer, or of the global layers when the sliding-window layers have their
@@ -96,7 +103,13 @@ class ModelRunner {
   void set_observer(ForwardObserver* observer) { model_->set_observer(observer); }
 
  private:
+  // --pp: the step in micro-batches through this rank's stage, then the last stage's logits of
+  // the whole step to every stage in one broadcast.
+  std::span<const float> run_pipeline_stage(const Batch& step);
+
   const ModelWeights& weights_;
+  int64_t micro_batches_ = 1;
+  std::vector<float> step_logits_;  // --pp: [logit rows, vocab] of the whole step
   int64_t max_context_;
   int64_t window_ = 0;
   int64_t window_blocks_ = 0;

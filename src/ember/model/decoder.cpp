@@ -226,10 +226,7 @@ std::span<const float> DecoderModel::logits(const Batch& batch) {
   if (weights_.send_hidden) {  // an earlier pipeline stage: the last one computes the logits
     weights_.send_hidden(x_.data(), batch.size() * c.d_model);
     hidden_states_ = {};
-    const auto rows = static_cast<int64_t>(batch.logit_rows.size());
-    gathered_logits_.resize(static_cast<size_t>(rows * c.vocab_size));
-    if (rows > 0) weights_.share_logits(gathered_logits_.data(), rows * c.vocab_size);
-    return gathered_logits_;
+    return {};  // ModelRunner shares the last stage's logits once the step is through
   }
   const auto H = static_cast<int64_t>(batch.hidden_rows.size());
   hidden_states_ = {};
@@ -255,11 +252,6 @@ std::span<const float> DecoderModel::logits(const Batch& batch) {
   if (weights_.gather_logits) {  // tensor parallelism: every rank's part of the vocabulary
     gathered_logits_.resize(static_cast<size_t>(R * c.vocab_size));
     weights_.gather_logits(logits.data(), R, gathered_logits_.data());
-    logits = gathered_logits_;
-  }
-  if (weights_.share_logits) {  // the last pipeline stage: to every other stage
-    gathered_logits_.assign(logits.begin(), logits.end());
-    weights_.share_logits(gathered_logits_.data(), R * c.vocab_size);
     logits = gathered_logits_;
   }
   if (observer_ != nullptr) observer_->end_step(logits);

@@ -79,9 +79,9 @@ struct ModelWeights {
   std::function<void(const float* mine, int64_t rows, float* all)> gather_logits;
   // Pipeline parallelism (config.first_layer, n_layers: this stage's layers): a stage after the
   // first takes its input hidden states [n floats] from the previous stage instead of the
-  // embedding; a stage before the last hands its output on instead of computing logits; and
-  // every stage gets the last stage's logits (share_logits: sent by the last, received by the
-  // others).
+  // embedding; a stage before the last hands its output on instead of computing logits (its
+  // forward returns none); and ModelRunner gives every stage the last stage's logits of the whole
+  // step (share_logits: sent by the last, received by the others).
   std::function<void(float* x, int64_t n)> receive_hidden;
   std::function<void(const float* x, int64_t n)> send_hidden;
   std::function<void(float* logits, int64_t n)> share_logits;

@@ -46,6 +46,26 @@ void print_comm_stats() {
                1e6 * s.seconds / static_cast<double>(s.all_reduces), s.seconds);
 }
 
+// Stage 0's hand-offs to the next stage (--pp): a step cut into micro-batches hands each on.
+struct HandOffStats {
+  int stages = 0;
+  int64_t steps = 0, hand_offs = 0;
+  double bytes = 0;
+};
+HandOffStats& hand_off_stats() {
+  static HandOffStats stats;
+  return stats;
+}
+
+void print_hand_off_stats() {
+  const HandOffStats& s = hand_off_stats();
+  if (s.hand_offs == 0) return;
+  std::fprintf(stderr,
+               "[ember] pp %d: %lld steps handed on as %lld micro-batches of %.1f KiB on average\n",
+               s.stages, static_cast<long long>(s.steps), static_cast<long long>(s.hand_offs),
+               s.bytes / static_cast<double>(s.hand_offs) / 1024.0);
+}
+
 }  // namespace
 
 ParallelLayout join_parallel(int tp, int pp, const std::string& backend) {
@@ -139,15 +159,26 @@ void attach_parallel(ModelWeights& weights, const ParallelLayout& layout) {
       weights.receive_hidden = [&w, prev](float* x, int64_t n) { w.receive(x, n, prev); };
     }
     if (stage < last) {
-      weights.send_hidden = [&w, next](const float* x, int64_t n) { w.send(x, n, next); };
+      weights.send_hidden = [&w, next](const float* x, int64_t n) {
+        w.send(x, n, next);
+        ++hand_off_stats().hand_offs;
+        hand_off_stats().bytes += static_cast<double>(n) * sizeof(float);
+      };
     }
-    weights.share_logits = [&w, root](float* logits, int64_t n) { w.broadcast(logits, n, root); };
+    weights.share_logits = [&w, root](float* logits, int64_t n) {
+      w.broadcast(logits, n, root);
+      ++hand_off_stats().steps;
+    };
+    hand_off_stats().stages = layout.pipeline.stages;
   }
   if (tp > 1) {
     tensor_group() = w.split(layout.pipeline.stage, layout.tensor.rank);
     attach_tensor_sums(weights, *tensor_group());
   }
-  if (w.rank() == 0) std::atexit(print_comm_stats);
+  if (w.rank() == 0) {
+    std::atexit(print_comm_stats);
+    std::atexit(print_hand_off_stats);
+  }
   if (w.rank() != 0) {
     std::fflush(stdout);
     if (std::freopen("/dev/null", "w", stdout) == nullptr) {
