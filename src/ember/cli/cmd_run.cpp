@@ -70,6 +70,8 @@ struct RunStats {
   double ttft = 0, prefill = 0, decode = 0;
   FinishReason finish = FinishReason::None;
   int64_t kv_bytes = 0;
+  // The most blocks held at once in the main pool and in the sliding-window layers' pool.
+  int64_t kv_blocks = 0, window_blocks = 0;
 };
 
 void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunStats& s,
@@ -94,13 +96,15 @@ void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunSta
           ? " (context full)"
           : "",
       s.ttft * 1e3, prefill_tps, decode_tps, static_cast<long long>(s.kv_bytes),
-      static_cast<long long>(s.kv_bytes / kv.bytes_per_block()),
-      static_cast<long long>(kv.block_size));
+      static_cast<long long>(s.kv_blocks), static_cast<long long>(kv.block_size));
   if (engine.window_kv() != nullptr) {
+    const int64_t window_bytes = engine.runner().window_kv_bytes_per_block();
     std::fprintf(stderr,
-                 "[ember] (those bytes include the sliding-window layers' own pool, window %lld; "
-                 "the blocks count the global layers' blocks' size)\n",
-                 static_cast<long long>(engine.runner().window_layers_window()));
+                 "[ember] of those, the global layers' pool %lld blocks of %lld bytes, the "
+                 "sliding-window layers' pool (window %lld) %lld blocks of %lld bytes\n",
+                 static_cast<long long>(s.kv_blocks), static_cast<long long>(kv.bytes_per_block()),
+                 static_cast<long long>(engine.runner().window_layers_window()),
+                 static_cast<long long>(s.window_blocks), static_cast<long long>(window_bytes));
   }
   const SpeculativeStats& spec = engine.speculative_stats();
   if (spec.verify_steps > 0 || spec.propose_seconds > 0) {
@@ -157,6 +161,10 @@ int run_command(const RunOptions& o) {
     stats.generated += static_cast<int64_t>(e.tokens.size());
     // The cache only grows until the request finishes and gives its blocks back.
     stats.kv_bytes = std::max(stats.kv_bytes, engine.kv_bytes_in_use());
+    stats.kv_blocks = std::max(stats.kv_blocks, engine.kv().used_blocks());
+    if (engine.window_kv() != nullptr) {
+      stats.window_blocks = std::max(stats.window_blocks, engine.window_kv()->used_blocks());
+    }
     std::fwrite(e.text.data(), 1, e.text.size(), stdout);
     std::fflush(stdout);
     if (e.finished) {

@@ -585,6 +585,13 @@ void LLMEngine::update_gauges() {
   metrics_.kv_blocks_used = kv.used_blocks();
   metrics_.kv_blocks_cached = kv.cached_blocks();
   metrics_.kv_blocks_free = kv.available_blocks() - kv.cached_blocks();
+  if (const KvBlockManager* w = window_kv(); w != nullptr) {
+    metrics_.kv_window_pool = true;
+    metrics_.kv_window_blocks_total = w->n_blocks();
+    metrics_.kv_window_blocks_used = w->used_blocks();
+    metrics_.kv_window_blocks_cached = w->cached_blocks();
+    metrics_.kv_window_blocks_free = w->available_blocks() - w->cached_blocks();
+  }
   metrics_.prefix_queried_blocks = kv.stats().queried_blocks;
   metrics_.prefix_hit_blocks = kv.stats().hit_blocks;
   metrics_.prefix_restored_blocks = kv.stats().restored_blocks;

@@ -122,6 +122,19 @@ std::string ServingMetrics::render_prometheus() const {
          static_cast<double>(kv_blocks_free));
   metric("ember_kv_blocks_cached", "gauge", "KV blocks free but holding a cached prefix",
          static_cast<double>(kv_blocks_cached));
+  if (kv_window_pool) {
+    metric("ember_kv_window_blocks_total", "gauge",
+           "KV blocks in the sliding-window layers' own pool (Gemma 2/3)",
+           static_cast<double>(kv_window_blocks_total));
+    metric("ember_kv_window_blocks_used", "gauge", "Window-pool blocks referenced by sequences",
+           static_cast<double>(kv_window_blocks_used));
+    metric("ember_kv_window_blocks_free", "gauge",
+           "Window-pool blocks free and holding nothing cached",
+           static_cast<double>(kv_window_blocks_free));
+    metric("ember_kv_window_blocks_cached", "gauge",
+           "Window-pool blocks free but holding a cached prefix's window",
+           static_cast<double>(kv_window_blocks_cached));
+  }
   metric("ember_prefix_cache_queried_blocks_total", "counter",
          "Full prompt blocks looked up in the prefix cache",
          static_cast<double>(prefix_queried_blocks));

@@ -44,6 +44,11 @@ struct ServingMetrics {
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_free = 0;    // never used or uncached
   int64_t kv_blocks_cached = 0;  // free but holding a cached prefix
+  // Gemma's sliding-window layers in a pool of their own (backend/kv_cache.h): the same four
+  // gauges for it, rendered as ember_kv_window_blocks_*.
+  bool kv_window_pool = false;
+  int64_t kv_window_blocks_total = 0, kv_window_blocks_used = 0, kv_window_blocks_free = 0,
+          kv_window_blocks_cached = 0;
   int64_t prefix_queried_blocks = 0;
   int64_t prefix_hit_blocks = 0;
   int64_t prefix_restored_blocks = 0;  // of the hits, copied back from an offload tier

@@ -26,6 +26,11 @@ struct Generation {
   int64_t window_pool_blocks = 0;
   int64_t main_layers = 0;  // layers in the main pool's storage
   SpeculativeStats spec;
+  // The engine's metrics (/metrics): the window pool's gauges, and a rendering while it held
+  // blocks.
+  bool metrics_window_pool = false;
+  int64_t metrics_window_total = 0, metrics_peak_window_used = 0;
+  std::string rendered;
 };
 
 struct GenerationSetup {
@@ -65,6 +70,11 @@ Generation generate(const ModelWeights& weights, const GenerationSetup& setup) {
       if (engine.window_kv() != nullptr) {
         g.peak_window_blocks = std::max(g.peak_window_blocks, engine.window_kv()->used_blocks());
       }
+      const ServingMetrics m = engine.metrics();  // what /metrics shows
+      g.metrics_window_pool = m.kv_window_pool;
+      g.metrics_window_total = m.kv_window_blocks_total;
+      g.metrics_peak_window_used = std::max(g.metrics_peak_window_used, m.kv_window_blocks_used);
+      if (m.kv_window_blocks_used > 0) g.rendered = m.render_prometheus();
       for (size_t r = 0; r < streams.size(); ++r) {
         while (auto e = streams[r]->pop(std::chrono::milliseconds(0))) {
           g.tokens[r].insert(g.tokens[r].end(), e->tokens.begin(), e->tokens.end());
@@ -150,6 +160,14 @@ TEST(SlidingWindow, GemmaSlidingLayersGiveBlocksBackWhileGlobalLayersKeepEveryPo
   // The window pool is sized for the window, not the context (2 x 64 positions): 2 sequences x
   // (2 + 2) blocks + 2 for a step's 8 tokens.
   EXPECT_EQ(apart.window_pool_blocks, 10);
+  // /metrics shows the window pool beside the main one.
+  EXPECT_FALSE(kept.metrics_window_pool);
+  EXPECT_TRUE(apart.metrics_window_pool);
+  EXPECT_EQ(apart.metrics_window_total, 10);
+  EXPECT_EQ(apart.metrics_peak_window_used, apart.peak_window_blocks);
+  EXPECT_NE(apart.rendered.find("# TYPE ember_kv_window_blocks_used gauge"), std::string::npos);
+  EXPECT_NE(apart.rendered.find("ember_kv_window_blocks_total 10"), std::string::npos)
+      << apart.rendered;
   std::printf(
       "[ window ] gemma2 peak KV blocks: %lld of 26 layers kept; %lld of 13 global layers "
       "+ %lld of 13 sliding layers apart\n",
