@@ -48,11 +48,11 @@ class Scope {
 enum class Flow { Normal, Break, Continue };
 
 constexpr int kMaxCallDepth = 200;
-constexpr int64_t kMaxLoopBodies = 1'000'000;
 
 class Interpreter {
  public:
-  Interpreter(const Value& variables, const RenderOptions& options) : root_(nullptr) {
+  Interpreter(const Value& variables, const RenderOptions& options)
+      : root_(nullptr), max_loop_bodies_(options.max_loop_bodies) {
     install_globals(options);
     if (variables.is_dict()) {
       for (const auto& [k, v] : variables.as_dict().entries) root_.set(k, v);
@@ -252,9 +252,9 @@ class Interpreter {
     for (int64_t i = 0; i < n; ++i) {
       // Nested loops over long ranges would render for hours: a chat template that runs this
       // many loop bodies in one render is refused.
-      if (++loop_bodies_ > kMaxLoopBodies) {
+      if (++loop_bodies_ > max_loop_bodies_) {
         fail(s.line,
-             "the template ran more than " + std::to_string(kMaxLoopBodies) + " loop iterations");
+             "the template ran more than " + std::to_string(max_loop_bodies_) + " loop iterations");
       }
       Scope body(&scope);
       assign(body, s.targets, items[i], s.line);
@@ -457,6 +457,7 @@ class Interpreter {
 
   Scope root_;
   int depth_ = 0;
+  const int64_t max_loop_bodies_;
   int64_t loop_bodies_ = 0;
 };
 

@@ -18,6 +18,10 @@ namespace ember::jinja {
 struct RenderOptions {
   // The time strftime_now() formats (local time); now when unset. Tests pin it.
   std::optional<std::tm> now;
+  // Loop bodies one render may run before it is refused: nested loops over long ranges would
+  // render for hours (a million take ~2 s; a chat template over a long conversation runs far
+  // fewer).
+  int64_t max_loop_bodies = 1'000'000;
 };
 
 class Template {
