@@ -22,6 +22,13 @@ inline std::filesystem::path fixture(const std::string& relative) {
   return fixtures_dir() / relative;
 }
 
+// The source tree the tests were built from, or $EMBER_SOURCE_DIR (binaries run on another
+// machine: scripts/cuda_device_check.sh points it at the repository there).
+inline std::filesystem::path source_dir() {
+  if (const char* env = std::getenv("EMBER_SOURCE_DIR"); env != nullptr && *env != '\0') return env;
+  return EMBER_SOURCE_DIR;
+}
+
 // A whole file's bytes ("" when it cannot be read).
 inline std::string read_text(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -11,7 +11,7 @@ namespace ember {
 namespace {
 
 std::filesystem::path corpus() {
-  return std::filesystem::path(EMBER_SOURCE_DIR) / "tests/chat_templates";
+  return test::source_dir() / "tests/chat_templates";
 }
 
 std::string golden(const std::string& tmpl, const std::string& c) {

@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 std::filesystem::path corpus() {
-  return std::filesystem::path(EMBER_SOURCE_DIR) / "tests/chat_templates";
+  return test::source_dir() / "tests/chat_templates";
 }
 
 json read_json(const std::filesystem::path& p) {

@@ -16,7 +16,7 @@ namespace {
 using nlohmann::json;
 
 std::filesystem::path corpus() {
-  return std::filesystem::path(EMBER_SOURCE_DIR) / "tests/chat_templates";
+  return test::source_dir() / "tests/chat_templates";
 }
 
 // python3-jsonschema's verdict on `doc`; skips the check (true) where it is not installed.

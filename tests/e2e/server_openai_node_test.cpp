@@ -168,8 +168,7 @@ TEST(ServerOpenAINode, ToolsSchemaChoicesLogprobsUsageAndRefusal) {
   std::string why = install_openai(dir);
   if (!why.empty()) GTEST_SKIP() << why;
   std::ofstream(dir / "api.mjs") << kApiScript;
-  const auto tmpl = std::filesystem::path(EMBER_SOURCE_DIR) /
-                    "tests/chat_templates/templates/qwen2.5-7b-instruct.jinja";
+  const auto tmpl = test::source_dir() / "tests/chat_templates/templates/qwen2.5-7b-instruct.jinja";
   test::ServerProcess server("-m " + test::shell_quote(model) +
                              " -t 2 --strict-api --chat-template " +
                              test::shell_quote(tmpl.string()));

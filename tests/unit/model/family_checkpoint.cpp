@@ -34,7 +34,7 @@ std::vector<float> generate(const std::string& name, int64_t n, double offset, d
 }  // namespace
 
 std::filesystem::path family_case_file(const std::string& name) {
-  return std::filesystem::path(EMBER_SOURCE_DIR) / "tests/reference/families" / (name + ".json");
+  return test::source_dir() / "tests/reference/families" / (name + ".json");
 }
 
 nlohmann::json read_family_case(const std::string& name) {

@@ -14,6 +14,7 @@
 
 #include "ember/core/error.h"
 #include "ember/tokenizer/jinja/template.h"
+#include "test_util.h"
 
 namespace ember {
 namespace {
@@ -21,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path corpus_dir() {
-  return fs::path(EMBER_SOURCE_DIR) / "tests/chat_templates";
+  return test::source_dir() / "tests/chat_templates";
 }
 
 std::string read_file(const fs::path& path) {
