@@ -5,18 +5,22 @@
 #   scripts/cuda_device_check.sh BIN_DIR FIXTURES_DIR [STAGE...]
 # BIN_DIR holds ember and ember_tests (and any shared library the machine lacks, found through
 # LD_LIBRARY_PATH=BIN_DIR/lib); FIXTURES_DIR is ../shared or a copy of the part the tests read.
-# Stages (default: all but profile): tests server greedy bench-small bench-8b bench-batch profile. Logs go to $OUT (or
-# build-cuda/device-check in the repository); the last lines printed are the summary.
+# Stages (default: all but fuse-ab and profile): tests greedy bench-small bench-8b bench-batch
+# split-k fuse-ab server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
+# build-cuda/device-check in the repository); the last lines printed are the summary. Each stage
+# has a time limit, so that one hang leaves the others' results.
 set -uo pipefail
 bin=$(realpath "$1")
 fixtures=$(realpath "$2")
 shift 2
-stages=${*:-tests server greedy bench-small bench-8b bench-batch}
+stages=${*:-tests greedy bench-small bench-8b bench-batch split-k server}
 out=${OUT:-build-cuda/device-check}/logs
 mkdir -p "$out"
 trap 'tar -C "$out/.." -czf "$out/../logs.tgz" logs' EXIT
 export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export EMBER_FIXTURES="$fixtures"
+# The tests read their reference data (tests/reference, tests/chat_templates) from this checkout.
+export EMBER_SOURCE_DIR="$(pwd)"
 ember="$bin/ember"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
 if ldd "$ember" | grep -q "not found"; then
@@ -29,43 +33,52 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 
 if has tests; then
   # Backend-parametrized tests whose fixtures are present (the rest need ../shared in full).
-  filter='*BackendOps*:BackendParity*:*FamilyReference*:*FamilyZoo*phi3*:*FamilyZoo*qwen2*'
-  filter+=':*FamilyZoo*llama_rope_llama3*:*SlidingWindow*'
-  # QuantZoo presets by index: f32, bf16, q8_0, q4_0, q4_k_m, q6_k.
-  for i in 0 2 3 4 13 16; do filter+=":*QuantZoo.MatchesExact*/$i"; done
-  "$bin/ember_tests" --gtest_filter="$filter" >"$out/tests.log" 2>&1
+  filter='*BackendOps*:BackendParity*:*FamilyReference*_cuda:*FamilyZoo*_cuda:*MoeZoo*_cuda'
+  # QuantZoo presets by index: q8_0, q4_k_m, q6_k (each also runs cpu and reference).
+  for i in 3 13 16; do filter+=":*QuantZoo.MatchesExact*/$i"; done
+  timeout 240 "$bin/ember_tests" --gtest_filter="$filter" >"$out/tests.log" 2>&1
   rc=$?
   grep -E "^\[ (parity|family|quant-zoo) \]|FAILED|SKIPPED \]|PASSED" "$out/tests.log" | head -80
+  # The tensor-core prefill attention's f16 rounding against the f32 path (gemma2: head_dim 64).
+  EMBER_CUDA_ATTENTION_TILES=0 timeout 60 "$bin/ember_tests" \
+    --gtest_filter='*FamilyZoo*gemma2_cuda' >"$out/tests_tiles_off.log" 2>&1
+  summary+=("FamilyZoo gemma2 on cuda without the tensor-core tiles: exit $?: $(grep -E '^\[ family' "$out/tests_tiles_off.log")")
   summary+=("tests: exit $rc, $(grep -c '^\[       OK' "$out/tests.log") ok, $(grep -c '^\[  FAILED' "$out/tests.log") failed lines")
 fi
 
-if has server; then
-  # The server load tests (32 concurrent streams, prefix cache, preemption; every KV block back
-  # at the end) with every server they start on the GPU.
-  EMBER_BINARY="$ember" EMBER_TEST_SERVE_ARGS="--backend cuda" \
-    "$bin/ember_tests" --gtest_filter='ServerLoad.*' >"$out/server.log" 2>&1
-  rc=$?
-  grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/server.log"
-  summary+=("server load tests on cuda: exit $rc")
-fi
-
 if has greedy; then
-  model="$fixtures/models/stories260K/stories260K.gguf"
-  for b in cpu cuda; do
-    "$ember" run -m "$model" --backend "$b" --temp 0 -n 200 -p "" >"$out/greedy_$b.txt" 2>"$out/greedy_$b.err"
+  # stories260K's greedy text, and the families whose cuda path is new: Gemma 2's sliding layers
+  # in a pool of their own (two block tables per sequence), OLMoE's and Qwen2-MoE's experts.
+  for model in stories260K/stories260K.gguf family-zoo/gemma2.gguf moe-zoo/olmoe.gguf \
+    moe-zoo/qwen2moe.gguf; do
+    name=$(basename "$model" .gguf)
+    [[ -f "$fixtures/models/$model" ]] || continue
+    for b in cpu cuda; do
+      timeout 60 "$ember" run -m "$fixtures/models/$model" --backend "$b" --temp 0 -n 120 \
+        -p "Once upon a time" >"$out/greedy_${name}_$b.txt" 2>"$out/greedy_${name}_$b.err"
+    done
+    # Speculation (prompt lookup, 3 guesses): verify steps of several tokens per sequence.
+    timeout 60 "$ember" run -m "$fixtures/models/$model" --backend cuda --temp 0 -n 120 \
+      --lookup 3 -p "Once upon a time" >"$out/greedy_${name}_lookup.txt" 2>"$out/greedy_${name}_lookup.err"
+    if cmp -s "$out/greedy_${name}_cpu.txt" "$out/greedy_${name}_lookup.txt"; then
+      summary+=("greedy $name: cuda --lookup 3 text identical to cpu")
+    else
+      summary+=("greedy $name: cuda --lookup 3 text DIFFERS from cpu")
+    fi
+    if cmp -s "$out/greedy_${name}_cpu.txt" "$out/greedy_${name}_cuda.txt"; then
+      summary+=("greedy $name: cuda text identical to cpu ($(wc -c <"$out/greedy_${name}_cuda.txt") bytes)")
+    else
+      summary+=("greedy $name: cuda text DIFFERS from cpu")
+      tail -3 "$out/greedy_${name}_cuda.err"
+      diff "$out/greedy_${name}_cpu.txt" "$out/greedy_${name}_cuda.txt" | head -5
+    fi
   done
-  if cmp -s "$out/greedy_cpu.txt" "$out/greedy_cuda.txt"; then
-    summary+=("greedy stories260K: cuda text identical to cpu ($(wc -c <"$out/greedy_cuda.txt") bytes)")
-  else
-    summary+=("greedy stories260K: cuda text DIFFERS from cpu")
-    diff "$out/greedy_cpu.txt" "$out/greedy_cuda.txt" | head -5
-  fi
 fi
 
 bench() {  # name, then ember bench arguments
   local name=$1
   shift
-  "$ember" bench --backend cuda --probe "$@" >"$out/bench_$name.txt" 2>&1
+  timeout 150 "$ember" bench --backend cuda --probe "$@" >"$out/bench_$name.txt" 2>&1
   cat "$out/bench_$name.txt"
   summary+=("$name: $(grep -E '^\| (pp|tg)' "$out/bench_$name.txt" | tr -s ' ' | tr '\n' ' ')")
   summary+=("$name: $(grep -o 'decode / probe [0-9]*%' "$out/bench_$name.txt")")
@@ -77,16 +90,59 @@ has bench-small && bench smollm2-bf16 -m "$smol" --dummy --dtype bf16 -p 512 -n 
 has bench-8b && bench llama8b-bf16 -m "$llama8b" --dummy --dtype bf16 -p 4096 -n 64 -r 3 --kv-dtype f16
 has bench-batch && bench llama8b-bf16-b64 -m "$llama8b" --dummy --dtype bf16 -p 0 -n 32 -b 64 -r 2 --kv-dtype f16
 
+if has split-k; then
+  # Decode at long contexts with split-K attention and without (EMBER_CUDA_SPLIT_K=0), alternating.
+  for ctx in 8192; do
+    for sk in 1 0; do
+      EMBER_CUDA_SPLIT_K=$sk timeout 150 "$ember" bench --backend cuda -m "$llama8b" --dummy \
+        --dtype bf16 -p 0 -n 64 -r 3 --decode-context $ctx --kv-dtype f16 \
+        >"$out/splitk_8b_ctx${ctx}_$sk.txt" 2>&1
+    done
+    for sk in 1 0; do
+      summary+=("8B decode at context $ctx, split-K $sk: $(grep -E '^\| tg' "$out/splitk_8b_ctx${ctx}_$sk.txt" | tr -s ' ' | tr '\n' ' ')")
+    done
+  done
+  for sk in 1 0; do
+    EMBER_CUDA_SPLIT_K=$sk timeout 100 "$ember" bench --backend cuda -m "$smol" --dummy \
+      --dtype bf16 -p 0 -n 128 -r 3 --decode-context 4096 >"$out/splitk_smol_$sk.txt" 2>&1
+    summary+=("SmolLM2 decode at context 4096, split-K $sk: $(grep -E '^\| tg' "$out/splitk_smol_$sk.txt" | tr -s ' ' | tr '\n' ' ')")
+  done
+fi
+
+if has fuse-ab; then
+  # The decode fusions (norm into the next matvec, residual add into the previous) on and off,
+  # alternating.
+  for f in 1 0 1 0; do
+    EMBER_CUDA_FUSE=$f timeout 60 "$ember" bench --backend cuda -m "$smol" --dummy --dtype bf16 \
+      -p 0 -n 128 -r 3 >"$out/fuse_smollm2_$f.txt" 2>&1
+    summary+=("SmolLM2 decode, EMBER_CUDA_FUSE=$f: $(grep -E '^\| tg' "$out/fuse_smollm2_$f.txt" | tr -s ' ' | tr '\n' ' ')")
+  done
+fi
+
 if has profile; then
-  # GPU time per op (each launch timed alone) for an 8B-shaped prefill and decode, and whether
-  # decode steps replay graphs.
-  EMBER_CUDA_PROFILE=1 "$ember" bench --backend cuda -m "$llama8b" --dummy -p 4096 -n 0 -r 1 \
-    --kv-dtype f16 >"$out/profile_8b_prefill.txt" 2>&1
-  EMBER_CUDA_PROFILE=1 "$ember" bench --backend cuda -m "$llama8b" --dummy -p 0 -n 32 -r 1 \
-    --kv-dtype f16 >"$out/profile_8b_decode.txt" 2>&1
-  EMBER_CUDA_GRAPH_STATS=1 "$ember" bench --backend cuda -m "$smol" --dummy -p 0 -n 128 -r 3 \
-    >"$out/graphs_smollm2.txt" 2>&1
-  tail -n 25 "$out/profile_8b_prefill.txt" "$out/profile_8b_decode.txt" "$out/graphs_smollm2.txt"
+  # GPU time per op (each launch timed alone) for decode steps, against the wall time bench
+  # reports: how much of a small model's step is the GPU's and how much the host's.
+  EMBER_CUDA_PROFILE=1 timeout 100 "$ember" bench --backend cuda -m "$smol" --dummy --dtype bf16 \
+    -p 0 -n 64 -r 1 >"$out/profile_smollm2_decode.txt" 2>&1
+  EMBER_CUDA_PROFILE=1 timeout 100 "$ember" bench --backend cuda -m "$llama8b" --dummy \
+    --dtype bf16 -p 0 -n 16 -r 1 --kv-dtype f16 >"$out/profile_8b_decode.txt" 2>&1
+  tail -n 16 "$out/profile_8b_decode.txt"
+  EMBER_CUDA_GRAPH_STATS=1 timeout 100 "$ember" bench --backend cuda -m "$smol" --dummy \
+    --dtype bf16 -p 0 -n 128 -r 3 >"$out/graphs_smollm2.txt" 2>&1
+  EMBER_CUDA_FUSE=0 timeout 100 "$ember" bench --backend cuda -m "$smol" --dummy --dtype bf16 \
+    -p 0 -n 128 -r 3 >"$out/nofuse_smollm2.txt" 2>&1
+  tail -n 25 "$out/profile_smollm2_decode.txt" "$out/graphs_smollm2.txt" "$out/nofuse_smollm2.txt"
+  summary+=("SmolLM2 decode without fusions (EMBER_CUDA_FUSE=0): $(grep -E '^\| tg' "$out/nofuse_smollm2.txt" | tr -s ' ' | tr '\n' ' ')")
+fi
+
+if has server; then
+  # The server load tests (32 concurrent streams, prefix cache, preemption; every KV block back
+  # at the end) with every server they start on the GPU.
+  EMBER_BINARY="$ember" EMBER_TEST_SERVE_ARGS="--backend cuda" timeout 240 \
+    "$bin/ember_tests" --gtest_filter='ServerLoad.*' >"$out/server.log" 2>&1
+  rc=$?
+  grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/server.log"
+  summary+=("server load tests on cuda: exit $rc")
 fi
 
 echo "=== summary ==="

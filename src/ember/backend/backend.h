@@ -150,9 +150,6 @@ class Backend {
   // Whether `p` lies in memory this backend allocated for weights (not in a file mapping).
   virtual bool owns_weight(const void* p) const = 0;
   virtual std::unique_ptr<KvStorage> allocate_kv(const KvShape& shape) = 0;
-  // Whether store_kv/attention read KvShape::window_table storages (a model's sliding-window
-  // layers in a pool of their own); false keeps every layer in one storage.
-  virtual bool supports_window_tables() const { return true; }
   // Makes `buffer` hold at least `floats` floats (contents are not kept when it grows).
   void reserve(Activations& buffer, int64_t floats);
   // `n` floats of backend memory as host memory: the memory itself where the host can read it,

@@ -36,12 +36,12 @@ KvShape make_kv_shape(const ModelWeights& w, const EngineOptions& o, int64_t con
 }
 
 // Gemma 2/3: sliding-window layers interleaved with global ones get a storage of their own
-// (kv_cache.h) unless the options keep every layer together: a backend that reads one block table
-// per sequence, or offload tiers (they copy whole blocks of the one pool).
+// (kv_cache.h) unless the options keep every layer together: offload tiers (they copy whole blocks
+// of the one pool).
 bool keeps_window_layers_apart(const ModelWeights& w, const EngineOptions& o) {
   const ModelConfig& c = w.config;
   return c.sliding_window > 0 && c.sliding_window_pattern > 1 && o.release_window_blocks &&
-         !o.kv_tiers.enabled() && w.backend->supports_window_tables();
+         !o.kv_tiers.enabled();
 }
 
 // Blocks the window layers' pool needs so that it never runs short before the main pool: each

@@ -6,11 +6,6 @@
 namespace ember {
 
 std::unique_ptr<Model> make_model(const ModelWeights& weights) {
-  if (weights.config.is_moe() && weights.backend->info().name == "cuda") {
-    throw Error(ErrorKind::Unsupported,
-                "the cuda backend does not run mixture-of-experts models (" +
-                    weights.config.architecture + ") yet; use --backend cpu");
-  }
   const std::string family = weights.config.family();
   if (family == "gpt2") return make_gpt2_model(weights);
   if (family == "gemma") return make_gemma_model(weights);

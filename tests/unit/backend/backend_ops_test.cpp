@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/backend/backend.h"
@@ -93,6 +94,23 @@ HostMatrix make_matrix(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
   return m;
 }
 
+// Random Q [T, n_heads, hd], K and V [T, n_kv, hd] and a zeroed output like Q, on the device.
+struct QkvBuffers {
+  float* q;
+  float* k;
+  float* v;
+  float* out;
+};
+QkvBuffers put_qkv(Device& d, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd,
+                   uint32_t& seed) {
+  QkvBuffers b{};
+  b.q = d.put(random_floats(T * n_heads * hd, seed++));
+  b.k = d.put(random_floats(T * n_kv * hd, seed++));
+  b.v = d.put(random_floats(T * n_kv * hd, seed++));
+  b.out = d.zeros(T * n_heads * hd);
+  return b;
+}
+
 class BackendOps : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { EMBER_REQUIRE_BACKEND(GetParam()); }
@@ -148,7 +166,6 @@ TEST_P(BackendOps, MatmulMatchesExactProductForEveryDtypeAndTokenCount) {
 // their router weights (rows repeating: a token's k experts).
 TEST_P(BackendOps, ZeroAndScatterAddRowsMatchTheirDefinition) {
   Device dev(GetParam());
-  if (GetParam() == "cuda") GTEST_SKIP() << "the cuda backend refuses mixtures (make_model)";
   // y[rows[r]] += s[r] * x[r], after zero().
   const int64_t D = 5;
   const std::vector<int32_t> rows = {2, 0, 2, 1, 0};
@@ -193,6 +210,58 @@ TEST_P(BackendOps, MatmulThenResidualAddMatchesReference) {
         (GetParam() == "cuda" && T > 8) ||
         (GetParam() == "cpu" && (kernels == "avx512" || kernels == "amx"));
     EXPECT_LE(relative_error(run(dev), run(ref)), bf16_activations ? 1.5e-2 : 2e-5);
+  }
+}
+
+// An RMSNorm whose output feeds a matmul (the decoder's norm before Q/K/V and gate/up): cuda folds
+// the norm into its decode matvec, which must still write the normalized rows. Two q8_0 matrices
+// of one launch, then a bf16 one (a second launch). The normalized rows are compared with the
+// reference backend's, the products with exact double products of those rows.
+TEST_P(BackendOps, RmsNormThenMatmulMatchesReference) {
+  Device dev(GetParam());
+  Device ref("reference");
+  const int64_t K = 256;
+  const HostMatrix mats[] = {make_matrix(DType::Q8_0, 40, K, 41),
+                             make_matrix(DType::Q8_0, 24, K, 42),
+                             make_matrix(DType::BF16, 16, K, 43)};
+  const std::vector<float> norm_w = random_floats(K, 44, 0.5f, 1.5f);
+  for (int64_t T : {1, 3, 9}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> x = random_floats(T * K, 45, -2.0f, 2.0f);
+    // Returns the normalized rows, then each product.
+    auto run = [&](Device& d) {
+      std::vector<WeightMatrix> ws;
+      for (const HostMatrix& m : mats) ws.push_back(d.backend->upload_matrix(m.view, false));
+      const float* nw = d.backend->upload_vector(norm_w.data(), K);
+      float* xn = d.zeros(T * K);
+      std::vector<float*> ys;
+      for (const HostMatrix& m : mats) ys.push_back(d.zeros(T * m.view.n_rows));
+      d.backend->rmsnorm(d.put(x), nw, xn, T, K, 1e-5f);
+      d.backend->matmul(xn, T, {&ws[0], &ws[1], &ws[2]}, {ys[0], ys[1], ys[2]});
+      std::vector<std::vector<float>> out = {d.get(xn, T * K)};
+      for (size_t i = 0; i < ys.size(); ++i) out.push_back(d.get(ys[i], T * mats[i].view.n_rows));
+      return out;
+    };
+    const std::vector<std::vector<float>> got = run(dev);
+    const std::vector<float> xn = run(ref)[0];
+    EXPECT_LE(relative_error(got[0], xn), 2e-6);
+    // cuda's decode matvec multiplies f32 activations; its prefill GEMMs and the cpu's kernels
+    // round them (bf16, 8-bit).
+    const bool rounded = (GetParam() == "cuda" && T > 8) || GetParam() == "cpu";
+    for (size_t i = 0; i < std::size(mats); ++i) {
+      const HostMatrix& m = mats[i];
+      const int64_t N = m.view.n_rows;
+      std::vector<float> exact(static_cast<size_t>(T * N));
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t n = 0; n < N; ++n) {
+          double sum = 0;
+          for (int64_t k = 0; k < K; ++k)
+            sum += static_cast<double>(xn[t * K + k]) * m.values[n * K + k];
+          exact[t * N + n] = static_cast<float>(sum);
+        }
+      }
+      EXPECT_LE(relative_error(got[i + 1], exact), rounded ? 1.5e-2 : 2e-5) << "matrix " << i;
+    }
   }
 }
 
@@ -344,10 +413,7 @@ TEST_P(BackendOps, RopeKvAndAttentionMatchReference) {
       uint32_t seed = 100;
       for (const Batch* b : {&fill, &step}) {
         const int64_t T = b->size();
-        float* q = d.put(random_floats(T * n_heads * hd, seed++));
-        float* k = d.put(random_floats(T * n_kv * hd, seed++));
-        float* v = d.put(random_floats(T * n_kv * hd, seed++));
-        float* out = d.zeros(T * n_heads * hd);
+        const auto [q, k, v, out] = put_qkv(d, T, n_heads, n_kv, hd, seed);
         // Layer 1, with the rotary half covering half of head_dim (partial RoPE).
         d.backend->rope_store_kv(*kv, 1, q, k, v, n_heads, hd / 2, freq, *b);
         d.backend->attention(*kv, 1, q, n_heads, c.scores, *b, out);
@@ -372,6 +438,89 @@ TEST_P(BackendOps, RopeKvAndAttentionMatchReference) {
     // 9e-8 on cpu, where no value crossed).
     const double tolerance = tensor_cores ? 4e-3 : quantized ? 2e-3 : 2e-6;
     EXPECT_LE(relative_error(run(dev), run(ref)), tolerance);
+  }
+}
+
+struct LongContextCase {
+  int64_t head_dim;
+  DType kv_dtype;
+  AttentionScores scores;
+  bool window_table;  // the storage is a sliding-window layers' pool (KvShape::window_table)
+};
+
+// Decode over long contexts: one token each for two sequences at positions 1500 and 700, the case
+// cuda cuts into key splits (split-K) and merges. Also the window layers' own pool: the storage
+// reads BatchSequence::window_block_table, whose blocks behind the window are -1 at the decode
+// step (never read), while block_table holds other blocks (reading it would give other keys).
+TEST_P(BackendOps, LongContextDecodeAndWindowTablesMatchReference) {
+  const LongContextCase cases[] = {{128, DType::F16, {0.088f}, false},
+                                   {64, DType::F32, {0.125f, 5.0f, 600}, false},
+                                   {80, DType::F16, {0.11f}, false},
+                                   {128, DType::F16, {0.088f, 0.0f, 512}, true},
+                                   {64, DType::F32, {0.125f, 0.0f, 100}, true}};
+  const int64_t n_heads = 4, n_kv = 2, block = 16, ctx_a = 1500, ctx_b = 700;
+  for (const LongContextCase& c : cases) {
+    SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + " kv " + dtype_name(c.kv_dtype) +
+                 " window " + std::to_string(c.scores.window) +
+                 (c.window_table ? " window table" : ""));
+    const int64_t hd = c.head_dim;
+    KvShape shape;
+    shape.n_layers = 1;
+    shape.n_blocks = 256;
+    shape.block_size = block;
+    shape.n_kv_heads = n_kv;
+    shape.head_dim = hd;
+    shape.window_table = c.window_table;
+    shape.set_dtype(c.kv_dtype);
+    std::vector<int32_t> ids(256);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(9));
+    const int64_t blocks_a = ctx_a / block + 1, blocks_b = ctx_b / block + 1;
+    std::vector<int32_t> table_a(ids.begin(), ids.begin() + blocks_a);
+    std::vector<int32_t> table_b(ids.begin() + blocks_a, ids.begin() + blocks_a + blocks_b);
+    // The other pool's tables: the same blocks in another order.
+    std::vector<int32_t> other_a(table_a.rbegin(), table_a.rend());
+    std::vector<int32_t> other_b(table_b.rbegin(), table_b.rend());
+    auto make_batch = [&](int64_t a_start, int64_t a_n, int64_t b_start, int64_t b_n,
+                          const std::vector<int32_t>& ta, const std::vector<int32_t>& tb) {
+      Batch batch;
+      for (int64_t i = 0; i < a_n + b_n; ++i) batch.tokens.push_back(static_cast<int32_t>(i % 7));
+      batch.sequences.push_back({ta.data(), a_start, a_n});
+      batch.sequences.push_back({tb.data(), b_start, b_n});
+      if (c.window_table) {
+        for (BatchSequence& s : batch.sequences) {
+          s.window_block_table = s.block_table;
+          s.block_table = &s == &batch.sequences[0] ? other_a.data() : other_b.data();
+        }
+      }
+      batch.finalize();
+      return batch;
+    };
+    // At the decode step the window pool no longer holds the blocks behind each window.
+    std::vector<int32_t> window_a = table_a, window_b = table_b;
+    if (c.window_table) {
+      for (int64_t b = 0; (b + 1) * block <= ctx_a + 1 - c.scores.window; ++b) window_a[b] = -1;
+      for (int64_t b = 0; (b + 1) * block <= ctx_b + 1 - c.scores.window; ++b) window_b[b] = -1;
+    }
+    const Batch fill = make_batch(0, ctx_a, 0, ctx_b, table_a, table_b);
+    const Batch step = make_batch(ctx_a, 1, ctx_b, 1, window_a, window_b);
+    auto run = [&](Device& d) {
+      std::unique_ptr<KvStorage> kv = d.backend->allocate_kv(shape);
+      uint32_t seed = 300;
+      std::vector<float> out_step;
+      for (const Batch* b : {&fill, &step}) {
+        const int64_t T = b->size();
+        const auto [q, k, v, out] = put_qkv(d, T, n_heads, n_kv, hd, seed);
+        d.backend->store_kv(*kv, 0, k, v, *b);
+        if (b != &step) continue;  // the fill only writes the cache
+        d.backend->attention(*kv, 0, q, n_heads, c.scores, *b, out);
+        out_step = d.get(out, T * n_heads * hd);
+      }
+      return out_step;
+    };
+    Device dev(GetParam());
+    Device ref("reference");
+    EXPECT_LE(relative_error(run(dev), run(ref)), 2e-6);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -33,13 +34,23 @@ constexpr double kTolerance = 1e-4;
 constexpr double kVsLlamaCpp = 5e-4;
 constexpr int kPrefill = 20;
 
+// cuda runs prefill chunks of 16+ tokens with head_dim 64 or 128 on the tensor cores, whose
+// attention rounds Q, K, P and V to f16 (EMBER_CUDA_ATTENTION_TILES=0 keeps them in f32): gemma2
+// (head_dim 64, 26 layers) lands at 2.0e-4 of the exact logits that way, 3e-7 without.
+constexpr double kTensorCoreTolerance = 5e-4;
+bool cuda_tensor_core_prefill(const std::string& backend, int64_t head_dim) {
+  const char* tiles = std::getenv("EMBER_CUDA_ATTENTION_TILES");
+  return backend == "cuda" && (head_dim == 64 || head_dim == 128) &&
+         (tiles == nullptr || std::string(tiles) != "0");
+}
+
 std::filesystem::path zoo(const std::string& name) {
   return test::fixture("models/family-zoo/" + name);
 }
 
 // All positions' logits, row-major [n_ids, vocab]: a prefill of kPrefill ids, then one per step.
 std::vector<float> run(const std::string& name, const std::string& backend,
-                       const std::vector<int32_t>& ids, int64_t* vocab) {
+                       const std::vector<int32_t>& ids, int64_t* vocab, int64_t* head_dim) {
   LoadOptions o;
   o.path = zoo(name + ".gguf").string();
   o.load_tokenizer = false;
@@ -50,6 +61,7 @@ std::vector<float> run(const std::string& name, const std::string& backend,
   eo.block_size = 4;  // windows of 8 and 12 span several blocks
   test::StepEngine engine(model.weights, eo);
   *vocab = model.weights.config.vocab_size;
+  *head_dim = model.weights.config.head_dim;
   return engine.prefill_then_decode(ids, kPrefill);
 }
 
@@ -62,15 +74,16 @@ TEST_P(FamilyZoo, MatchesTheExactForwardPass) {
   const std::vector<int32_t> ids = test::read_ids_file(zoo(name + ".ids"));
   const std::vector<float> exact = test::read_f32_file(zoo(name + ".f64ref.f32"));
   const std::vector<float> llama_cpp = test::read_f32_file(zoo(name + ".logits.f32"));
-  int64_t V = 0;
-  const std::vector<float> ours = run(name, backend, ids, &V);
+  int64_t V = 0, head_dim = 0;
+  const std::vector<float> ours = run(name, backend, ids, &V, &head_dim);
   ASSERT_EQ(ours.size(), exact.size());
   ASSERT_EQ(llama_cpp.size(), exact.size());
   const double vs_exact = test::worst_relative_logit_error(ours, exact, exact, V);
   const double vs_llama = test::worst_relative_logit_error(ours, llama_cpp, exact, V);
   std::printf("[ family ] %-20s %-9s vs exact %.2e  vs llama.cpp %.2e\n", name.c_str(),
               backend.c_str(), vs_exact, vs_llama);
-  EXPECT_LE(vs_exact, kTolerance);
+  EXPECT_LE(vs_exact,
+            cuda_tensor_core_prefill(backend, head_dim) ? kTensorCoreTolerance : kTolerance);
   EXPECT_LE(vs_llama, kVsLlamaCpp);
 }
 

@@ -122,11 +122,16 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   const char* fuse = std::getenv("EMBER_CUDA_FUSE");
   fuse_adds_ = fuse == nullptr || std::string(fuse) != "0";
+  const char* tiles = std::getenv("EMBER_CUDA_ATTENTION_TILES");
+  use_attention_tiles_ = tiles == nullptr || std::string(tiles) != "0";
+  const char* split_k = std::getenv("EMBER_CUDA_SPLIT_K");
+  split_k_ = split_k == nullptr || std::string(split_k) != "0";
   const char* profile = std::getenv("EMBER_CUDA_PROFILE");
   profile_ = profile != nullptr && std::string(profile) == "1";
   auto on_change = [this](DeviceInts* ints) { before_upload_change(ints); };
   batch_.set_on_change(on_change);
-  for (DeviceInts* d : {&gather_rows_, &attention_tile_ints_, &attention_single_ints_}) {
+  for (DeviceInts* d :
+       {&gather_rows_, &scatter_ints_, &attention_tile_ints_, &attention_single_ints_}) {
     d->on_change = on_change;
   }
   check(cublasCreate(&cublas_), "cublasCreate");
@@ -250,9 +255,6 @@ const float* CudaBackend::upload_vector(const float* host, int64_t n) {
 
 std::unique_ptr<KvStorage> CudaBackend::allocate_kv(const KvShape& shape) {
   bind();
-  if (shape.window_table) {
-    throw Error(ErrorKind::Unsupported, "cuda: KV storages read through window block tables");
-  }
   return std::make_unique<CudaKvStorage>(shape);
 }
 
@@ -271,6 +273,7 @@ void CudaBackend::flush(bool graph_ok) {
     std::vector<std::function<void()>> launches;
     launches.swap(pending_);
     last_matvec_index_ = SIZE_MAX;
+    last_norm_index_ = SIZE_MAX;
     std::vector<int> ops;
     ops.swap(pending_ops_);
     Signature signature = signature_;
@@ -284,15 +287,16 @@ void CudaBackend::flush(bool graph_ok) {
     step_graph_ok_ = step_graph_ok_ && graph_ok;
   }
   batch_.clear_used();
-  for (DeviceInts* d : {&gather_rows_, &attention_tile_ints_, &attention_single_ints_}) {
+  for (DeviceInts* d :
+       {&gather_rows_, &scatter_ints_, &attention_tile_ints_, &attention_single_ints_}) {
     d->used = false;
   }
 }
 
-const char* const kOpNames[] = {"?",          "embed",       "positions", "rmsnorm",    "layernorm",
-                                "add_bias",   "rope",        "store_kv",  "rope_store", "attention",
-                                "attn_tiles", "silu_mul",    "gelu_mul",  "scale",      "softcap",
-                                "add",        "gather_rows", "matvec"};
+const char* const kOpNames[] = {
+    "?",        "embed",      "positions",   "rmsnorm",    "layernorm",   "add_bias", "rope",
+    "store_kv", "rope_store", "attention",   "attn_tiles", "silu_mul",    "gelu_mul", "scale",
+    "softcap",  "add",        "gather_rows", "matvec",     "scatter_add", "zero"};
 
 void CudaBackend::run_profiled(const std::vector<std::function<void()>>& launches,
                                const std::vector<int>& ops) {
@@ -394,9 +398,12 @@ void CudaBackend::add_position_embeddings(const WeightMatrix& table, const Batch
 void CudaBackend::rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t D,
                           float eps) {
   bind();
+  const size_t signature_start = signature_.bytes().size();
   defer(
       kRmsNorm, [=, this] { launch_rmsnorm(x, weight, y, rows, D, eps, stream_); }, x, weight, y,
       rows, D, eps);
+  last_norm_ = {x, weight, y, rows, D, eps, signature_start};
+  last_norm_index_ = pending_.size() - 1;
 }
 
 void CudaBackend::layernorm(const float* x, const float* weight, const float* bias, float* y,
@@ -427,7 +434,8 @@ void CudaBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, const f
   bind();
   const DeviceKvLayer l = static_cast<const CudaKvStorage&>(kv).layer(layer);
   const DeviceTokens b = batch_.tokens(batch, stream_);
-  const DeviceTables t = batch_.tables(batch, kv.shape().block_size, stream_);
+  const DeviceTables t =
+      batch_.tables(batch, kv.shape().block_size, kv.shape().window_table, stream_);
   defer(
       kStoreKv, [=, this] { launch_store_kv(l, k, v, b, t, stream_); }, l, k, v, b, t);
 }
@@ -438,7 +446,8 @@ void CudaBackend::rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k
   bind();
   const DeviceKvLayer l = static_cast<const CudaKvStorage&>(kv).layer(layer);
   const DeviceTokens b = batch_.tokens(batch, stream_);
-  const DeviceTables t = batch_.tables(batch, kv.shape().block_size, stream_);
+  const DeviceTables t =
+      batch_.tables(batch, kv.shape().block_size, kv.shape().window_table, stream_);
   defer(
       kRopeStoreKv,
       [=, this] { launch_rope_store_kv(l, q, k, v, n_heads, rope_dim, inv_freq, b, t, stream_); },
@@ -450,11 +459,12 @@ void CudaBackend::attention(const KvStorage& kv, int64_t layer, const float* q, 
   bind();
   const DeviceKvLayer l = static_cast<const CudaKvStorage&>(kv).layer(layer);
   const DeviceTokens b = batch_.tokens(batch, stream_);
-  const DeviceTables t = batch_.tables(batch, kv.shape().block_size, stream_);
+  const DeviceTables t =
+      batch_.tables(batch, kv.shape().block_size, kv.shape().window_table, stream_);
   // Chunks of at least kMinTileTokens tokens go to the tensor-core tiles; the rest (decode steps,
   // short chunks) to the per-token kernel.
   constexpr int64_t kMinTileTokens = 16;
-  const bool tiles_ok = attention_tiles_support(kv.shape().head_dim);
+  const bool tiles_ok = use_attention_tiles_ && attention_tiles_support(kv.shape().head_dim);
   attention_tiles_.clear();
   attention_singles_.clear();
   int64_t first = 0;
@@ -477,10 +487,22 @@ void CudaBackend::attention(const KvStorage& kv, int64_t layer, const float* q, 
     const int32_t* list = n_singles == batch.size()
                               ? nullptr
                               : attention_single_ints_.upload(attention_singles_, stream_);
+    int64_t longest = 0;
+    for (const int32_t i : attention_singles_) {
+      const int64_t keys = int64_t{batch.positions[static_cast<size_t>(i)]} + 1;
+      longest = std::max(longest, scores.window > 0 ? std::min(keys, scores.window) : keys);
+    }
+    const int64_t splits = split_k_ ? attention_splits(n_singles, n_heads, longest, sm_count_) : 1;
+    float* partial = splits > 1 ? attention_scratch(attention_partial_floats(
+                                      n_singles, n_heads, kv.shape().head_dim, splits))
+                                : nullptr;
     defer(
         kAttention,
-        [=, this] { launch_attention(l, q, n_heads, scores, b, t, list, n_singles, out, stream_); },
-        l, q, n_heads, scores, b, t, list, n_singles, out);
+        [=, this] {
+          launch_attention(l, q, n_heads, scores, b, t, list, n_singles, out, splits, partial,
+                           stream_);
+        },
+        l, q, n_heads, scores, b, t, list, n_singles, out, splits, partial);
   }
   if (!attention_tiles_.empty()) {
     const int32_t* tiles = attention_tile_ints_.upload(attention_tiles_, stream_);
@@ -492,6 +514,16 @@ void CudaBackend::attention(const KvStorage& kv, int64_t layer, const float* q, 
         },
         l, q, n_heads, scores, b, t, tiles, n_tiles, out);
   }
+}
+
+float* CudaBackend::attention_scratch(int64_t floats) {
+  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
+  if (attention_partial_.bytes() < bytes) {
+    flush(false);  // pending launches may still write the old buffer
+    check(cudaStreamSynchronize(stream_), "attention scratch");
+    attention_partial_ = DeviceBuffer(std::max(bytes, 2 * attention_partial_.bytes()));
+  }
+  return static_cast<float*>(attention_partial_.get());
 }
 
 void CudaBackend::silu_mul(const float* gate, const float* up, float* out, int64_t rows,
@@ -539,17 +571,30 @@ void CudaBackend::gather_rows(const float* x, int64_t D, std::span<const int32_t
       n, out);
 }
 
-// Mixture-of-experts layers are not built for this backend yet: make_model() refuses such a model
-// on it, so these are never reached from a model.
-void CudaBackend::scatter_add_rows(const float*, int64_t, std::span<const int32_t>,
-                                   std::span<const float>, float*) {
-  throw Error(ErrorKind::Unsupported,
-              "the cuda backend does not run mixture-of-experts layers yet");
+void CudaBackend::scatter_add_rows(const float* x, int64_t D, std::span<const int32_t> rows,
+                                   std::span<const float> scales, float* y) {
+  bind();
+  if (scales.size() != rows.size()) throw Error("cuda scatter_add_rows: rows and scales differ");
+  // Rows and scales travel in one upload (the scales as their bits).
+  const size_t n = rows.size();
+  scatter_packed_.resize(2 * n);
+  std::copy(rows.begin(), rows.end(), scatter_packed_.begin());
+  std::memcpy(scatter_packed_.data() + n, scales.data(), n * sizeof(float));
+  const int32_t* d = scatter_ints_.upload(scatter_packed_, stream_);
+  const int32_t* d_rows = d;
+  const auto* d_scales = reinterpret_cast<const float*>(d + n);
+  const auto n_rows = static_cast<int64_t>(n);
+  defer(
+      kScatterAdd,
+      [=, this] { launch_scatter_add_rows(x, D, d_rows, d_scales, n_rows, y, stream_); }, x, D,
+      d_rows, d_scales, n_rows, y);
 }
 
-void CudaBackend::zero(float*, int64_t, int64_t) {
-  throw Error(ErrorKind::Unsupported,
-              "the cuda backend does not run mixture-of-experts layers yet");
+void CudaBackend::zero(float* x, int64_t rows, int64_t n) {
+  bind();
+  const auto bytes = static_cast<size_t>(rows * n) * sizeof(float);
+  defer(
+      kZero, [=, this] { check(cudaMemsetAsync(x, 0, bytes, stream_), "zero"); }, x, rows * n);
 }
 
 int cuda_device_count(std::string* why) {

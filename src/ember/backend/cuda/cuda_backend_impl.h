@@ -72,6 +72,8 @@ enum LaunchOp : int {
   kAdd,
   kGatherRows,
   kMatvec,
+  kScatterAdd,
+  kZero,
 };
 
 class CudaBackend : public Backend {
@@ -84,8 +86,6 @@ class CudaBackend : public Backend {
   const float* upload_vector(const float* host, int64_t n) override;
   bool owns_weight(const void* p) const override;
   std::unique_ptr<KvStorage> allocate_kv(const KvShape& shape) override;
-  // Device batches carry one block table per sequence (device_batch.h): every layer in one pool.
-  bool supports_window_tables() const override { return false; }
   std::span<const float> to_host(const float* data, int64_t n,
                                  std::vector<float>& staging) override;
   void from_host(float* data, const float* host, int64_t n) override;
@@ -130,6 +130,9 @@ class CudaBackend : public Backend {
   // matrix's 16-bit type (null for f32 weights).
   void gemm(const float* x, const uint16_t* xh, int64_t T, const WeightMatrix& w, float* y);
   uint16_t* scratch_halves(std::vector<DeviceBuffer>& slot, int64_t n);
+  // Split-K attention's partial results, at least `floats` of them (grown between steps only:
+  // pending launches are run first).
+  float* attention_scratch(int64_t floats);
   // Every kernel launch of an op goes through defer(): it runs at the next flush (to_host, an
   // eager op, a changed upload), directly or as part of a replayed graph (step_graphs.h). `op`
   // and `args` are the launch's signature: everything the launch closure captured.
@@ -153,9 +156,23 @@ class CudaBackend : public Backend {
     std::vector<WeightMatrix> matrices;
     std::vector<float*> outputs;
     float* residual = nullptr;
+    bool folds_norm = false;  // x is the input of an RMSNorm the kernel applies (fold_norm)
+    FoldedNorm norm;
     size_t signature_start = 0;
   };
   void defer_matvec(PendingMatvec mv);
+  // An RMSNorm waiting in the queue, kept so that the matvec reading its output can apply it
+  // itself (fold_norm: one launch fewer per norm in a decode step; EMBER_CUDA_FUSE=0 turns it
+  // off with the residual-add fusion). The norm's output is still written, by the matvec.
+  struct PendingNorm {
+    const float* x = nullptr;
+    const float* weight = nullptr;
+    float* y = nullptr;
+    int64_t rows = 0, D = 0;
+    float eps = 0.0f;
+    size_t signature_start = 0;
+  };
+  void fold_norm(PendingMatvec& mv, std::span<const WeightMatrix* const> ws);
   bool fuse_residual_add(float* y, const float* x, int64_t count);
   // Runs the pending launches; graph_ok false: directly, and the rest of the step too.
   void flush(bool graph_ok);
@@ -172,6 +189,8 @@ class CudaBackend : public Backend {
   int64_t weight_bytes_ = 0;
   BatchUploader batch_;
   DeviceInts gather_rows_;
+  DeviceInts scatter_ints_;  // scatter_add_rows: its rows, then its scales' bits
+  std::vector<int32_t> scatter_packed_;
   std::vector<int32_t> attention_tiles_, attention_singles_;  // host lists, rebuilt per call
   DeviceInts attention_tile_ints_, attention_single_ints_;
   std::vector<DeviceBuffer> x_half_;     // activations converted for cuBLAS (bf16)
@@ -190,7 +209,14 @@ class CudaBackend : public Backend {
   bool step_graph_ok_ = true;
   PendingMatvec last_matvec_;
   size_t last_matvec_index_ = SIZE_MAX;
+  PendingNorm last_norm_;
+  size_t last_norm_index_ = SIZE_MAX;
   bool fuse_adds_ = true;
+  bool split_k_ = true;  // EMBER_CUDA_SPLIT_K=0: decode attention in one block per (token, head)
+  // EMBER_CUDA_ATTENTION_TILES=0: prefill chunks take the per-token kernel (f32 arithmetic) instead
+  // of the tensor-core tiles (f16 Q, K, P, V): to tell their rounding from a bug.
+  bool use_attention_tiles_ = true;
+  DeviceBuffer attention_partial_;
   StepGraphs graphs_;
 };
 

@@ -3,6 +3,7 @@
 #include "ember/backend/cuda/cuda_check.h"
 #include "ember/core/error.h"
 
+#include <cstdint>
 #include <vector>
 
 namespace ember::cuda {
@@ -26,6 +27,7 @@ void CudaBackend::matmul(const float* x, int64_t rows, std::span<const WeightMat
     mv.rows = rows;
     for (const WeightMatrix* w : ws) mv.matrices.push_back(*w);
     mv.outputs.assign(ys.begin(), ys.end());
+    fold_norm(mv, ws);
     defer_matvec(std::move(mv));
     return;
   }
@@ -84,12 +86,35 @@ void CudaBackend::defer_matvec(PendingMatvec mv) {
       [mv, this] {
         std::vector<const WeightMatrix*> wp;
         for (const WeightMatrix& w : mv.matrices) wp.push_back(&w);
-        launch_matvec(mv.x, mv.rows, wp, mv.outputs, mv.residual, stream_);
+        launch_matvec(mv.x, mv.rows, wp, mv.outputs, mv.residual,
+                      mv.folds_norm ? &mv.norm : nullptr, stream_);
       },
-      mv.x, mv.rows, mv.residual);
+      mv.x, mv.rows, mv.residual, mv.folds_norm, mv.norm.weight, mv.norm.eps, mv.norm.out);
   mv.signature_start = signature_start;
   last_matvec_ = std::move(mv);
   last_matvec_index_ = pending_.size() - 1;
+}
+
+void CudaBackend::fold_norm(PendingMatvec& mv, std::span<const WeightMatrix* const> ws) {
+  // The norm must be the launch just before, write exactly this product's input (not in place),
+  // and every matrix must take the vector kernels.
+  if (!fuse_adds_ || pending_.empty() || last_norm_index_ != pending_.size() - 1 ||
+      pending_ops_.back() != kRmsNorm) {
+    return;
+  }
+  const PendingNorm& norm = last_norm_;
+  if (norm.y != mv.x || norm.x == norm.y || norm.rows != mv.rows || ws.empty() ||
+      norm.D != ws[0]->n_cols || reinterpret_cast<uintptr_t>(norm.weight) % 16 != 0 ||
+      !matvec_folds_norm(norm.x, ws)) {
+    return;
+  }
+  pending_.pop_back();
+  pending_ops_.pop_back();
+  signature_.truncate(norm.signature_start);
+  last_norm_index_ = SIZE_MAX;
+  mv.x = norm.x;
+  mv.norm = FoldedNorm{norm.weight, norm.eps, norm.y};
+  mv.folds_norm = true;
 }
 
 bool CudaBackend::fuse_residual_add(float* y, const float* x, int64_t count) {
@@ -101,7 +126,8 @@ bool CudaBackend::fuse_residual_add(float* y, const float* x, int64_t count) {
   }
   PendingMatvec mv = last_matvec_;
   if (mv.matrices.size() != 1 || mv.residual != nullptr || mv.outputs[0] != x ||
-      mv.rows * mv.matrices[0].n_rows != count || y == mv.x || y == x) {
+      mv.rows * mv.matrices[0].n_rows != count || y == mv.x || y == x ||
+      (mv.folds_norm && y == mv.norm.out)) {
     return false;
   }
   pending_.pop_back();

@@ -1,8 +1,10 @@
 #include "ember/backend/cuda/device_batch.h"
 
 #include <cstring>
+#include <string>
 
 #include "ember/backend/cuda/cuda_check.h"
+#include "ember/core/error.h"
 
 namespace ember::cuda {
 
@@ -57,16 +59,22 @@ DeviceTokens BatchUploader::tokens(const Batch& batch, cudaStream_t stream) {
   return {d, d + T, d + 2 * T, static_cast<int32_t>(T)};
 }
 
-DeviceTables BatchUploader::tables(const Batch& batch, int64_t block_size, cudaStream_t stream) {
+DeviceTables BatchUploader::tables(const Batch& batch, int64_t block_size, bool window,
+                                   cudaStream_t stream) {
   const size_t S = batch.sequences.size();
   packed_.assign(S, 0);
   for (size_t s = 0; s < S; ++s) {
     const BatchSequence& seq = batch.sequences[s];
     packed_[s] = static_cast<int32_t>(packed_.size() - S);
     const int64_t n = (seq.start_position + seq.n_tokens + block_size - 1) / block_size;
-    packed_.insert(packed_.end(), seq.block_table, seq.block_table + n);
+    const int32_t* table = window ? seq.window_block_table : seq.block_table;
+    if (table == nullptr) {
+      throw Error("cuda: a sequence without the " + std::string(window ? "window " : "") +
+                  "block table its KV storage reads");
+    }
+    packed_.insert(packed_.end(), table, table + n);
   }
-  const int32_t* d = table_ints_.upload(packed_, stream);
+  const int32_t* d = (window ? window_table_ints_ : table_ints_).upload(packed_, stream);
   return {d, d + S, static_cast<int32_t>(S)};
 }
 

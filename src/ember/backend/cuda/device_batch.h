@@ -60,16 +60,21 @@ class BatchUploader {
   void set_on_change(const std::function<void(DeviceInts*)>& f) {
     token_ints_.on_change = f;
     table_ints_.on_change = f;
+    window_table_ints_.on_change = f;
   }
-  void clear_used() { token_ints_.used = table_ints_.used = false; }
+  void clear_used() { token_ints_.used = table_ints_.used = window_table_ints_.used = false; }
   DeviceTokens tokens(const Batch& batch, cudaStream_t stream);
   // Block tables cover ceil((start_position + n_tokens) / block_size) entries per sequence.
-  DeviceTables tables(const Batch& batch, int64_t block_size, cudaStream_t stream);
+  // `window`: the sequences' window block tables (BatchSequence::window_block_table, for a
+  // sliding-window layers' pool: KvShape::window_table), kept in a buffer of their own so that
+  // layers of the two pools interleave without a new upload per layer.
+  DeviceTables tables(const Batch& batch, int64_t block_size, bool window, cudaStream_t stream);
 
  private:
   std::vector<int32_t> packed_;
   DeviceInts token_ints_;
   DeviceInts table_ints_;
+  DeviceInts window_table_ints_;
 };
 
 }  // namespace ember::cuda

@@ -64,6 +64,10 @@ struct AttentionArgs {
   DeviceTokens b;
   DeviceTables tables;
   const int32_t* list;
+  // Split-K decode (per-token kernel only): with gridDim.z > 1 splits, each block writes its
+  // split's unnormalized output and (max, sum) here, [n_list, n_heads, splits, head_dim + 2], and
+  // a second kernel merges them into `out`.
+  float* partial = nullptr;
 };
 
 // Bytes of one row's quants in the QuantsThenScales layout.

@@ -63,6 +63,9 @@ void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, 
 void launch_gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
 void launch_gather_rows(const float* x, int64_t D, const int32_t* rows, int64_t n_rows, float* out,
                         cudaStream_t s);
+// y[rows[r]] += scales[r] * x[r], r in order (a row may repeat): x [n_rows, D], y [*, D].
+void launch_scatter_add_rows(const float* x, int64_t D, const int32_t* rows, const float* scales,
+                             int64_t n_rows, float* y, cudaStream_t s);
 
 // --- RoPE and the KV cache (kernels_kv.cu) ---
 // x [T, n_heads, head_dim] in place; HF half-rotation pairing within rope_dim.
@@ -80,10 +83,21 @@ void launch_rope_store_kv(const DeviceKvLayer& kv, float* q, float* k, const flo
 
 // --- attention (kernels_attention.cu) ---
 // q/out [T, n_heads * head_dim]; each token over its sequence's [first_key, position]. One block
-// per (token, head) for the n_list tokens of token_list (null: all T): decode and short chunks.
+// per (token, head, split) for the n_list tokens of token_list (null: all T): decode and short
+// chunks. splits > 1 (split-K over long contexts): `partial` holds
+// attention_partial_floats(n_list, n_heads, head_dim, splits) floats of scratch.
 void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
                       const AttentionScores& scores, DeviceTokens b, DeviceTables tables,
-                      const int32_t* token_list, int64_t n_list, float* out, cudaStream_t s);
+                      const int32_t* token_list, int64_t n_list, float* out, int64_t splits,
+                      float* partial, cudaStream_t s);
+// The split count for n_list tokens of n_heads heads whose longest context is longest_context
+// keys: 1 (no split) where the (token, head) pairs already fill the GPU or contexts are short;
+// a power of two otherwise, so that a decode step's graph changes only when the bucket does.
+int64_t attention_splits(int64_t n_list, int64_t n_heads, int64_t longest_context, int sm_count);
+inline int64_t attention_partial_floats(int64_t n_list, int64_t n_heads, int64_t head_dim,
+                                        int64_t splits) {
+  return n_list * n_heads * splits * (head_dim + 2);
+}
 // Prefill chunks on the tensor cores (kernels_attention_tiles.cu): tiles [n_tiles, 2] of (first
 // token, count <= kAttentionTileQueries), each within one sequence. head_dim 64 or 128 only.
 inline constexpr int64_t kAttentionTileQueries = 64;
@@ -99,8 +113,19 @@ inline constexpr int64_t kMatvecMaxTokens = 8;
 // ys[i][t, n] = sum_k x[t, k] * ws[i][n, k]: x [T, K] f32, ys[i] [T, ws[i].n_rows];
 // T <= kMatvecMaxTokens. Matrices of one dtype and K share a launch. With `residual` (one matrix
 // only; it must not alias x) the kernel also adds the result into it: a residual add fused in.
+// An RMSNorm folded into the matvec that reads its output: the kernel normalizes x [T, K] itself
+// (x * 1/RMS(x) * weight, eps inside the root) and writes the normalized rows to `out` (non-null).
+struct FoldedNorm {
+  const float* weight = nullptr;  // [K], 16-byte aligned
+  float eps = 0.0f;
+  float* out = nullptr;  // [T, K]; must not alias x
+};
+// Whether launch_matvec can fold a norm into the product of x with ws (the vector kernels take
+// every matrix: f32/f16/bf16 rows or q8_0/q4_0 QuantsThenScales, aligned).
+bool matvec_folds_norm(const float* x, std::span<const WeightMatrix* const> ws);
 void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                   std::span<float* const> ys, float* residual, cudaStream_t s);
+                   std::span<float* const> ys, float* residual, const FoldedNorm* norm,
+                   cudaStream_t s);
 // f32 -> bf16 / f16 (for cuBLAS inputs), n elements.
 void launch_f32_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t s);
 void launch_f32_to_f16(const float* x, uint16_t* out, int64_t n, cudaStream_t s);

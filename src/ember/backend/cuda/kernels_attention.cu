@@ -1,8 +1,18 @@
 // Paged causal attention with an online softmax. One block of kWarps warps per (token, query
-// head): each warp walks every kWarps-th key of the token's context through the block table (one
-// key per step: lanes split head_dim, a warp sum gives the score), keeps a running max, sum and
-// weighted V; the warps' partial results are merged at the end. Keys before the sliding window
-// are never read (their blocks may be back in the pool: -1 entries).
+// head, split): the warps take turns over runs of 32 keys of the split's part of the token's
+// context, read through the block table. In a run, lane i scores key i over its whole K row (one
+// warp max and one warp sum per 32 keys, not per key), then every lane adds the 32 weighted V rows
+// into its share of head_dim; the warps' partial results are merged at the end. Keys before the
+// sliding window are never read (their blocks may be back in the pool: -1 entries).
+//
+// Split-K (flash-decoding): a decode step has few (token, head) pairs — 32 blocks for an 8B model
+// at batch 1 on a GPU of 132 SMs — so a long context is cut into `splits` consecutive key ranges
+// run by blocks of their own; each writes its unnormalized output with its (max, sum), and
+// merge_splits_kernel rescales them to the common max. The split count is chosen on the host from
+// the step's longest context, in powers of two, so a decode step's graph (step_graphs.h) is
+// captured again only when the bucket changes; each block derives its key range on the device
+// from the token's own position.
+#include <algorithm>
 #include <cmath>
 
 #include "ember/backend/cuda/cuda_check.h"
@@ -24,7 +34,44 @@ __device__ __forceinline__ float kv_value(const void* base, int64_t i) {
   }
 }
 
-// kPerLane = ceil(head_dim / 32) values of q, and of the output, per lane (element lane + 32 j).
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// q . K[off .. off + hd), q in shared memory: 8 halves or 4 floats per 16-byte load where hd
+// allows, one value at a time otherwise.
+template <bool F16>
+__device__ __forceinline__ float key_score(const void* k, int64_t off, const float* q_s, int hd) {
+  float dot = 0.0f;
+  constexpr int kPerLoad = F16 ? 8 : 4;
+  if (hd % kPerLoad == 0) {
+    const uint4* row =
+        reinterpret_cast<const uint4*>(static_cast<const char*>(k) + off * (F16 ? 2 : 4));
+#pragma unroll 8
+    for (int c = 0; c < hd / kPerLoad; ++c) {
+      const uint4 raw = __ldg(row + c);
+      const float* qc = q_s + c * kPerLoad;
+      if constexpr (F16) {
+        const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __half22float2(h2[i]);
+          dot += qc[2 * i] * f.x + qc[2 * i + 1] * f.y;
+        }
+      } else {
+        dot += qc[0] * __uint_as_float(raw.x) + qc[1] * __uint_as_float(raw.y) +
+               qc[2] * __uint_as_float(raw.z) + qc[3] * __uint_as_float(raw.w);
+      }
+    }
+    return dot;
+  }
+  for (int d = 0; d < hd; ++d) dot += q_s[d] * kv_value<F16>(k, off + d);
+  return dot;
+}
+
+// kPerLane = ceil(head_dim / 32) output values per lane (element lane + 32 j).
 template <int kPerLane, bool F16>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a) {
   const int64_t t = a.list != nullptr ? a.list[blockIdx.x] : blockIdx.x;
@@ -32,40 +79,50 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd = a.kv.head_dim;
   const int g = h / (a.n_heads / a.kv.n_kv_heads);
-  const int64_t ctx = static_cast<int64_t>(a.b.positions[t]) + 1;
-  const int64_t first = a.window > 0 && ctx > a.window ? ctx - a.window : 0;
+  const int64_t ctx_end = static_cast<int64_t>(a.b.positions[t]) + 1;
+  const int64_t window_begin = a.window > 0 && ctx_end > a.window ? ctx_end - a.window : 0;
+  // This split's keys: [first, ctx) of [window_begin, ctx_end), in gridDim.z near-equal parts.
+  const int64_t per_split = (ctx_end - window_begin + gridDim.z - 1) / gridDim.z;
+  const int64_t first = window_begin + per_split * blockIdx.z;
+  const int64_t ctx = first + per_split < ctx_end ? first + per_split : ctx_end;
   const int32_t* table = a.tables.tables + a.tables.table_offset[a.b.sequence_of[t]];
 
+  // q in shared memory: every lane reads all of it (a broadcast) for the key it scores.
+  __shared__ float q_s[kPerLane * 32];
   const float* qh = a.q + (t * a.n_heads + h) * hd;
-  float q[kPerLane], acc[kPerLane];
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) q_s[d] = qh[d];
+  __syncthreads();
+  float acc[kPerLane];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + 32 * j;
-    q[j] = d < hd ? qh[d] : 0.0f;
-    acc[j] = 0.0f;
-  }
+  for (int j = 0; j < kPerLane; ++j) acc[j] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (int64_t p = first + warp; p < ctx; p += kWarps) {
-    const int64_t block = table[p / a.kv.block_size];
-    const int64_t off =
-        ((block * a.kv.n_kv_heads + g) * a.kv.block_size + p % a.kv.block_size) * hd;
-    float dot = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) dot += q[j] * kv_value<F16>(a.kv.k, off + d);
+  // 32 keys per warp step: lane i scores key p0 + i (its whole K row), the warp takes one max and
+  // one sum for the 32, then every lane adds the 32 weighted V rows for its output elements.
+  for (int64_t p0 = first + 32 * warp; p0 < ctx; p0 += 32 * kWarps) {
+    const int64_t p = p0 + lane;
+    int64_t off = 0;
+    float s = -INFINITY;
+    if (p < ctx) {
+      const int64_t block = table[p / a.kv.block_size];
+      off = ((block * a.kv.n_kv_heads + g) * a.kv.block_size + p % a.kv.block_size) * hd;
+      s = key_score<F16>(a.kv.k, off, q_s, hd) * a.scale;
+      if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
     }
-    float s = warp_sum(dot) * a.scale;
-    if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-    const float m_new = fmaxf(m, s);
-    const float correction = expf(m - m_new);  // 0 on the first key (m = -inf)
-    const float w = expf(s - m_new);
-    l = l * correction + w;
+    const float m_new = fmaxf(m, warp_max(s));  // finite: key p0 is always in range
+    const float correction = expf(m - m_new);   // 0 on the first keys (m = -inf)
+    const float w = p < ctx ? expf(s - m_new) : 0.0f;
+    l = l * correction + warp_sum(w);
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      const float v = d < hd ? kv_value<F16>(a.kv.v, off + d) : 0.0f;
-      acc[j] = acc[j] * correction + w * v;
+    for (int j = 0; j < kPerLane; ++j) acc[j] *= correction;
+    const int n_keys = ctx - p0 < 32 ? static_cast<int>(ctx - p0) : 32;
+    for (int i = 0; i < n_keys; ++i) {
+      const float wi = __shfl_sync(0xffffffffu, w, i);
+      const int64_t oi = __shfl_sync(0xffffffffu, off, i);
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int d = lane + 32 * j;
+        if (d < hd) acc[j] += wi * kv_value<F16>(a.kv.v, oi + d);
+      }
     }
     m = m_new;
   }
@@ -89,12 +146,52 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
     factor[w] = warp_m[w] == -INFINITY ? 0.0f : expf(warp_m[w] - m_all);
     l_all += warp_l[w] * factor[w];
   }
+  if (a.partial != nullptr) {
+    // Split-K: this split's unnormalized output, then its max and sum (m = -inf: no key here).
+    float* ph =
+        a.partial +
+        ((static_cast<int64_t>(blockIdx.x) * a.n_heads + h) * gridDim.z + blockIdx.z) * (hd + 2);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) o += warp_acc[w][d] * factor[w];
+      ph[d] = o;
+    }
+    if (threadIdx.x == 0) {
+      ph[hd] = m_all;
+      ph[hd + 1] = l_all;
+    }
+    return;
+  }
   float* oh = a.out + (t * a.n_heads + h) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float o = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) o += warp_acc[w][d] * factor[w];
     oh[d] = l_all > 0.0f ? o / l_all : 0.0f;
+  }
+}
+
+// One block per (listed token, head), a thread per output element: the splits' outputs rescaled
+// to their common max and divided by the common sum.
+__global__ void merge_splits_kernel(AttentionArgs a, int splits) {
+  const int64_t t = a.list != nullptr ? a.list[blockIdx.x] : blockIdx.x;
+  const int h = blockIdx.y;
+  const int hd = a.kv.head_dim;
+  const float* ph =
+      a.partial + (static_cast<int64_t>(blockIdx.x) * a.n_heads + h) * splits * (hd + 2);
+  float m_all = -INFINITY;
+  for (int z = 0; z < splits; ++z) m_all = fmaxf(m_all, ph[z * (hd + 2) + hd]);
+  float* oh = a.out + (t * a.n_heads + h) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.0f, l = 0.0f;
+    for (int z = 0; z < splits; ++z) {
+      const float* pz = ph + z * (hd + 2);
+      const float f = pz[hd] == -INFINITY ? 0.0f : expf(pz[hd] - m_all);
+      o += pz[d] * f;
+      l += pz[hd + 1] * f;
+    }
+    oh[d] = l > 0.0f ? o / l : 0.0f;
   }
 }
 
@@ -109,9 +206,21 @@ void launch_per_lane(const AttentionArgs& a, dim3 grid, cudaStream_t s) {
 
 }  // namespace
 
+int64_t attention_splits(int64_t n_list, int64_t n_heads, int64_t longest_context, int sm_count) {
+  // Enough blocks for two waves of the SMs, at least kMinKeysPerSplit keys each, a power of two.
+  constexpr int64_t kMinKeysPerSplit = 256, kMaxSplits = 32;
+  const int64_t pairs = std::max<int64_t>(n_list * n_heads, 1);
+  const int64_t want = std::min({(2 * int64_t{sm_count} + pairs - 1) / pairs,
+                                 longest_context / kMinKeysPerSplit, kMaxSplits});
+  int64_t splits = 1;
+  while (splits * 2 <= want) splits *= 2;
+  return splits;
+}
+
 void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
                       const AttentionScores& scores, DeviceTokens b, DeviceTables tables,
-                      const int32_t* token_list, int64_t n_list, float* out, cudaStream_t s) {
+                      const int32_t* token_list, int64_t n_list, float* out, int64_t splits,
+                      float* partial, cudaStream_t s) {
   if (n_list == 0) return;
   if (kv.head_dim > 256) {
     throw Error(ErrorKind::Unsupported,
@@ -126,8 +235,10 @@ void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
                         scores.window,
                         b,
                         tables,
-                        token_list};
-  const dim3 grid(static_cast<unsigned>(n_list), static_cast<unsigned>(n_heads));
+                        token_list,
+                        splits > 1 ? partial : nullptr};
+  const dim3 grid(static_cast<unsigned>(n_list), static_cast<unsigned>(n_heads),
+                  static_cast<unsigned>(splits > 1 ? splits : 1));
   switch ((kv.head_dim + 31) / 32) {
     case 1:
       launch_per_lane<1>(a, grid, s);
@@ -155,6 +266,12 @@ void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
       break;
   }
   check_launch("attention");
+  if (splits > 1) {
+    const int threads = std::min(256, (kv.head_dim + 31) / 32 * 32);
+    merge_splits_kernel<<<dim3(static_cast<unsigned>(n_list), static_cast<unsigned>(n_heads)),
+                          threads, 0, s>>>(a, static_cast<int>(splits));
+    check_launch("attention split merge");
+  }
 }
 
 }  // namespace ember::cuda

@@ -85,11 +85,34 @@ struct MatrixSet {
   int count;
 };
 
-template <int KIND, int NT>
+// NORM: x is the input of an RMSNorm folded into this product (FoldedNorm): every block computes
+// each token's 1 / RMS (the same sum, in the same order, as rmsnorm_kernel) and multiplies x by it
+// and the norm's weight as it reads x; block 0 also writes the normalized rows to norm.out.
+template <int KIND, int NT, bool NORM>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    matvec_kernel(const float* __restrict__ x, int64_t K, int64_t row_stride, MatrixSet set) {
+    matvec_kernel(const float* __restrict__ x, int64_t K, int64_t row_stride, MatrixSet set,
+                  FoldedNorm norm) {
   constexpr int E = KindTraits<KIND>::kElems;
   const int lane = threadIdx.x % 32;
+  float inv_rms[NT];
+  if constexpr (NORM) {
+    __shared__ float block_inv[NT];
+    for (int t = 0; t < NT; ++t) {
+      float ss = 0.0f;
+      for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += x[t * K + i] * x[t * K + i];
+      ss = block_sum(ss);
+      if (threadIdx.x == 0) block_inv[t] = rsqrtf(ss / static_cast<float>(K) + norm.eps);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < NT; ++t) inv_rms[t] = block_inv[t];
+    if (blockIdx.x == 0 && norm.out != nullptr) {
+      for (int t = 0; t < NT; ++t) {
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+          norm.out[t * K + i] = x[t * K + i] * inv_rms[t] * norm.weight[i];
+      }
+    }
+  }
   int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   int m = 0;
   while (m < set.count && n >= set.rows_end[m]) ++m;
@@ -122,7 +145,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         float s = 0.0f;
 #pragma unroll
         for (int e4 = 0; e4 < E / 4; ++e4) {
-          const float4 xx = __ldg(xv + e4);
+          float4 xx = __ldg(xv + e4);
+          if constexpr (NORM) {
+            const float4 nw = __ldg(reinterpret_cast<const float4*>(norm.weight + c * E) + e4);
+            xx = make_float4(xx.x * inv_rms[t] * nw.x, xx.y * inv_rms[t] * nw.y,
+                             xx.z * inv_rms[t] * nw.z, xx.w * inv_rms[t] * nw.w);
+          }
           s += wv[4 * e4] * xx.x + wv[4 * e4 + 1] * xx.y + wv[4 * e4 + 2] * xx.z +
                wv[4 * e4 + 3] * xx.w;
         }
@@ -231,7 +259,8 @@ __global__ void matvec_any_kernel(const float* x, int64_t T, WeightMatrix w, flo
 
 template <int KIND, int NT>
 void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
-                 std::span<float* const> ys, float* residual, cudaStream_t s) {
+                 std::span<float* const> ys, float* residual, const FoldedNorm* norm,
+                 cudaStream_t s) {
   MatrixSet set{};
   int64_t stride = ws[0]->row_bytes;
   if constexpr (KIND == kQ8 || KIND == kQ4)
@@ -252,36 +281,44 @@ void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
     set.rows_end[i] = rows;
   }
   const auto blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  matvec_kernel<KIND, NT><<<blocks, kWarpsPerBlock * 32, 0, s>>>(x, ws[0]->n_cols, stride, set);
+  const FoldedNorm folded = norm != nullptr ? *norm : FoldedNorm{};
+  const int64_t K = ws[0]->n_cols;
+  const unsigned threads = kWarpsPerBlock * 32;
+  if (norm != nullptr) {
+    matvec_kernel<KIND, NT, true><<<blocks, threads, 0, s>>>(x, K, stride, set, folded);
+  } else {
+    matvec_kernel<KIND, NT, false><<<blocks, threads, 0, s>>>(x, K, stride, set, folded);
+  }
 }
 
 template <int KIND>
 void launch_tokens(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                   std::span<float* const> ys, float* residual, cudaStream_t s) {
+                   std::span<float* const> ys, float* residual, const FoldedNorm* norm,
+                   cudaStream_t s) {
   switch (T) {
     case 1:
-      launch_kind<KIND, 1>(x, ws, ys, residual, s);
+      launch_kind<KIND, 1>(x, ws, ys, residual, norm, s);
       break;
     case 2:
-      launch_kind<KIND, 2>(x, ws, ys, residual, s);
+      launch_kind<KIND, 2>(x, ws, ys, residual, norm, s);
       break;
     case 3:
-      launch_kind<KIND, 3>(x, ws, ys, residual, s);
+      launch_kind<KIND, 3>(x, ws, ys, residual, norm, s);
       break;
     case 4:
-      launch_kind<KIND, 4>(x, ws, ys, residual, s);
+      launch_kind<KIND, 4>(x, ws, ys, residual, norm, s);
       break;
     case 5:
-      launch_kind<KIND, 5>(x, ws, ys, residual, s);
+      launch_kind<KIND, 5>(x, ws, ys, residual, norm, s);
       break;
     case 6:
-      launch_kind<KIND, 6>(x, ws, ys, residual, s);
+      launch_kind<KIND, 6>(x, ws, ys, residual, norm, s);
       break;
     case 7:
-      launch_kind<KIND, 7>(x, ws, ys, residual, s);
+      launch_kind<KIND, 7>(x, ws, ys, residual, norm, s);
       break;
     default:
-      launch_kind<KIND, 8>(x, ws, ys, residual, s);
+      launch_kind<KIND, 8>(x, ws, ys, residual, norm, s);
       break;
   }
 }
@@ -305,34 +342,49 @@ int vector_kind(const float* x, const WeightMatrix& w) {
 }
 
 void launch_set(int kind, const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                std::span<float* const> ys, float* residual, cudaStream_t s) {
+                std::span<float* const> ys, float* residual, const FoldedNorm* norm,
+                cudaStream_t s) {
   switch (kind) {
     case kQ8:
-      launch_tokens<kQ8>(x, T, ws, ys, residual, s);
+      launch_tokens<kQ8>(x, T, ws, ys, residual, norm, s);
       break;
     case kQ4:
-      launch_tokens<kQ4>(x, T, ws, ys, residual, s);
+      launch_tokens<kQ4>(x, T, ws, ys, residual, norm, s);
       break;
     case kF32:
-      launch_tokens<kF32>(x, T, ws, ys, residual, s);
+      launch_tokens<kF32>(x, T, ws, ys, residual, norm, s);
       break;
     case kBF16:
-      launch_tokens<kBF16>(x, T, ws, ys, residual, s);
+      launch_tokens<kBF16>(x, T, ws, ys, residual, norm, s);
       break;
     default:
-      launch_tokens<kF16>(x, T, ws, ys, residual, s);
+      launch_tokens<kF16>(x, T, ws, ys, residual, norm, s);
       break;
   }
 }
 
 }  // namespace
 
+bool matvec_folds_norm(const float* x, std::span<const WeightMatrix* const> ws) {
+  for (const WeightMatrix* w : ws) {
+    if (vector_kind(x, *w) < 0) return false;
+  }
+  return !ws.empty();
+}
+
 void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                   std::span<float* const> ys, float* residual, cudaStream_t s) {
+                   std::span<float* const> ys, float* residual, const FoldedNorm* norm,
+                   cudaStream_t s) {
   if (T == 0 || ws.empty()) return;
   if (T > kMatvecMaxTokens) throw Error("cuda matvec: more tokens than kMatvecMaxTokens");
   if (residual != nullptr && ws.size() != 1)
     throw Error("cuda matvec: a residual needs one matrix");
+  if (norm != nullptr &&
+      (!matvec_folds_norm(x, ws) || reinterpret_cast<uintptr_t>(norm->weight) % 16 != 0)) {
+    throw Error("cuda matvec: a folded norm needs the vector kernels");
+  }
+  FoldedNorm later;  // launches after the first apply the norm without writing it again
+  if (norm != nullptr) later = {norm->weight, norm->eps, nullptr};
   // Runs of matrices of the same kind (and K) go out in one launch, up to kMaxMatrices at a time.
   size_t i = 0;
   while (i < ws.size()) {
@@ -357,7 +409,11 @@ void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* cons
            ws[j]->n_cols == ws[i]->n_cols && ws[j]->dtype == ws[i]->dtype) {
       ++j;
     }
-    launch_set(kind, x, T, ws.subspan(i, j - i), ys.subspan(i, j - i), residual, s);
+    launch_set(kind, x, T, ws.subspan(i, j - i), ys.subspan(i, j - i), residual,
+               norm == nullptr ? nullptr
+               : i == 0        ? norm
+                               : &later,
+               s);
     check_launch("matvec");
     i = j;
   }

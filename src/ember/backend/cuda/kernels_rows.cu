@@ -96,6 +96,17 @@ __global__ void gather_rows_kernel(const float* x, int64_t D, const int32_t* row
     out[r * D + c] = src[c];
 }
 
+// One thread per column, walking the rows in order: a repeated row adds in the order given, as
+// the host backends do (no atomics, the same sums every run).
+__global__ void scatter_add_rows_kernel(const float* x, int64_t D, const int32_t* rows,
+                                        const float* scales, int64_t n_rows, float* y) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= D) return;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    y[static_cast<int64_t>(rows[r]) * D + c] += scales[r] * x[r * D + c];
+  }
+}
+
 unsigned column_blocks(int64_t D) {
   return static_cast<unsigned>((D + kThreads - 1) / kThreads);
 }
@@ -173,6 +184,13 @@ void launch_gather_rows(const float* x, int64_t D, const int32_t* rows, int64_t 
   gather_rows_kernel<<<dim3(column_blocks(D), static_cast<unsigned>(n_rows)), kThreads, 0, s>>>(
       x, D, rows, out);
   check_launch("gather_rows");
+}
+
+void launch_scatter_add_rows(const float* x, int64_t D, const int32_t* rows, const float* scales,
+                             int64_t n_rows, float* y, cudaStream_t s) {
+  if (n_rows == 0 || D == 0) return;
+  scatter_add_rows_kernel<<<column_blocks(D), kThreads, 0, s>>>(x, D, rows, scales, n_rows, y);
+  check_launch("scatter_add_rows");
 }
 
 }  // namespace ember::cuda
