@@ -5,8 +5,8 @@
 #   scripts/cuda_device_check.sh BIN_DIR FIXTURES_DIR [STAGE...]
 # BIN_DIR holds ember and ember_tests (and any shared library the machine lacks, found through
 # LD_LIBRARY_PATH=BIN_DIR/lib); FIXTURES_DIR is ../shared or a copy of the part the tests read.
-# Stages (default: all but fuse-ab and profile): tests greedy bench-small bench-8b bench-batch
-# split-k fuse-ab server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
+# Stages (default: all but gqa-ab, fuse-ab and profile): tests greedy bench-small bench-8b bench-batch
+# split-k gqa-ab fuse-ab server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
 # build-cuda/device-check in the repository); the last lines printed are the summary. Each stage
 # has a time limit, so that one hang leaves the others' results.
 set -uo pipefail
@@ -106,6 +106,19 @@ if has split-k; then
     EMBER_CUDA_SPLIT_K=$sk timeout 100 "$ember" bench --backend cuda -m "$smol" --dummy \
       --dtype bf16 -p 0 -n 128 -r 3 --decode-context 4096 >"$out/splitk_smol_$sk.txt" 2>&1
     summary+=("SmolLM2 decode at context 4096, split-K $sk: $(grep -E '^\| tg' "$out/splitk_smol_$sk.txt" | tr -s ' ' | tr '\n' ' ')")
+  done
+fi
+
+if has gqa-ab; then
+  # Decode attention with a block per GQA group (each K/V row read once for the group) and with a
+  # block per query head (EMBER_CUDA_GQA_BLOCKS=0), at long contexts.
+  for gb in 1 0; do
+    EMBER_CUDA_GQA_BLOCKS=$gb timeout 150 "$ember" bench --backend cuda -m "$llama8b" --dummy \
+      --dtype bf16 -p 0 -n 64 -r 3 --decode-context 8192 --kv-dtype f16 >"$out/gqa_8b_$gb.txt" 2>&1
+    summary+=("8B decode at context 8192, EMBER_CUDA_GQA_BLOCKS=$gb: $(grep -E '^\| tg' "$out/gqa_8b_$gb.txt" | tr -s ' ' | tr '\n' ' ')")
+    EMBER_CUDA_GQA_BLOCKS=$gb timeout 100 "$ember" bench --backend cuda -m "$smol" --dummy \
+      --dtype bf16 -p 0 -n 128 -r 3 --decode-context 4096 >"$out/gqa_smol_$gb.txt" 2>&1
+    summary+=("SmolLM2 decode at context 4096, EMBER_CUDA_GQA_BLOCKS=$gb: $(grep -E '^\| tg' "$out/gqa_smol_$gb.txt" | tr -s ' ' | tr '\n' ' ')")
   done
 fi
 

@@ -446,6 +446,7 @@ struct LongContextCase {
   DType kv_dtype;
   AttentionScores scores;
   bool window_table;  // the storage is a sliding-window layers' pool (KvShape::window_table)
+  int64_t n_heads;    // over 4 KV heads: GQA groups of 1 to 8 (cuda: a block per group)
 };
 
 // Decode over long contexts: one token each for two sequences at positions 1500 and 700, the case
@@ -453,17 +454,18 @@ struct LongContextCase {
 // reads BatchSequence::window_block_table, whose blocks behind the window are -1 at the decode
 // step (never read), while block_table holds other blocks (reading it would give other keys).
 TEST_P(BackendOps, LongContextDecodeAndWindowTablesMatchReference) {
-  const LongContextCase cases[] = {{128, DType::F16, {0.088f}, false},
-                                   {64, DType::F32, {0.125f, 5.0f, 600}, false},
-                                   {80, DType::F16, {0.11f}, false},
-                                   {128, DType::F16, {0.088f, 0.0f, 512}, true},
-                                   {64, DType::F32, {0.125f, 0.0f, 100}, true}};
-  const int64_t n_heads = 4, n_kv = 2, block = 16, ctx_a = 1500, ctx_b = 700;
+  const LongContextCase cases[] = {{128, DType::F16, {0.088f}, false, 8},
+                                   {64, DType::F32, {0.125f, 5.0f, 600}, false, 16},
+                                   {80, DType::F16, {0.11f}, false, 4},
+                                   {128, DType::F16, {0.088f, 0.0f, 512}, true, 32},
+                                   {64, DType::F32, {0.125f, 0.0f, 100}, true, 12},
+                                   {128, DType::F32, {0.088f}, false, 4}};
+  const int64_t n_kv = 4, block = 16, ctx_a = 1500, ctx_b = 700;
   for (const LongContextCase& c : cases) {
     SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + " kv " + dtype_name(c.kv_dtype) +
                  " window " + std::to_string(c.scores.window) +
-                 (c.window_table ? " window table" : ""));
-    const int64_t hd = c.head_dim;
+                 (c.window_table ? " window table" : "") + " heads " + std::to_string(c.n_heads));
+    const int64_t hd = c.head_dim, n_heads = c.n_heads;
     KvShape shape;
     shape.n_layers = 1;
     shape.n_blocks = 256;

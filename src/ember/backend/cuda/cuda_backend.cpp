@@ -124,6 +124,8 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   fuse_adds_ = fuse == nullptr || std::string(fuse) != "0";
   const char* tiles = std::getenv("EMBER_CUDA_ATTENTION_TILES");
   use_attention_tiles_ = tiles == nullptr || std::string(tiles) != "0";
+  const char* group_heads = std::getenv("EMBER_CUDA_GQA_BLOCKS");
+  group_heads_ = group_heads == nullptr || std::string(group_heads) != "0";
   const char* split_k = std::getenv("EMBER_CUDA_SPLIT_K");
   split_k_ = split_k == nullptr || std::string(split_k) != "0";
   const char* profile = std::getenv("EMBER_CUDA_PROFILE");
@@ -492,7 +494,9 @@ void CudaBackend::attention(const KvStorage& kv, int64_t layer, const float* q, 
       const int64_t keys = int64_t{batch.positions[static_cast<size_t>(i)]} + 1;
       longest = std::max(longest, scores.window > 0 ? std::min(keys, scores.window) : keys);
     }
-    const int64_t splits = split_k_ ? attention_splits(n_singles, n_heads, longest, sm_count_) : 1;
+    const int64_t block_heads = attention_block_heads(l, n_heads, n_singles, group_heads_);
+    const int64_t splits =
+        split_k_ ? attention_splits(n_singles, block_heads, longest, sm_count_) : 1;
     float* partial = splits > 1 ? attention_scratch(attention_partial_floats(
                                       n_singles, n_heads, kv.shape().head_dim, splits))
                                 : nullptr;
@@ -500,9 +504,9 @@ void CudaBackend::attention(const KvStorage& kv, int64_t layer, const float* q, 
         kAttention,
         [=, this] {
           launch_attention(l, q, n_heads, scores, b, t, list, n_singles, out, splits, partial,
-                           stream_);
+                           group_heads_, stream_);
         },
-        l, q, n_heads, scores, b, t, list, n_singles, out, splits, partial);
+        l, q, n_heads, scores, b, t, list, n_singles, out, splits, partial, group_heads_);
   }
   if (!attention_tiles_.empty()) {
     const int32_t* tiles = attention_tile_ints_.upload(attention_tiles_, stream_);

@@ -213,6 +213,9 @@ class CudaBackend : public Backend {
   size_t last_norm_index_ = SIZE_MAX;
   bool fuse_adds_ = true;
   bool split_k_ = true;  // EMBER_CUDA_SPLIT_K=0: decode attention in one block per (token, head)
+  // EMBER_CUDA_GQA_BLOCKS=0: a decode attention block per query head even where one block could
+  // serve a GQA group (attention_block_heads).
+  bool group_heads_ = true;
   // EMBER_CUDA_ATTENTION_TILES=0: prefill chunks take the per-token kernel (f32 arithmetic) instead
   // of the tensor-core tiles (f16 Q, K, P, V): to tell their rounding from a bug.
   bool use_attention_tiles_ = true;

@@ -83,13 +83,19 @@ void launch_rope_store_kv(const DeviceKvLayer& kv, float* q, float* k, const flo
 
 // --- attention (kernels_attention.cu) ---
 // q/out [T, n_heads * head_dim]; each token over its sequence's [first_key, position]. One block
-// per (token, head, split) for the n_list tokens of token_list (null: all T): decode and short
-// chunks. splits > 1 (split-K over long contexts): `partial` holds
+// per (token, head or GQA group, split) for the n_list tokens of token_list (null: all T): decode
+// and short chunks. splits > 1 (split-K over long contexts): `partial` holds
 // attention_partial_floats(n_list, n_heads, head_dim, splits) floats of scratch.
 void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
                       const AttentionScores& scores, DeviceTokens b, DeviceTables tables,
                       const int32_t* token_list, int64_t n_list, float* out, int64_t splits,
-                      float* partial, cudaStream_t s);
+                      float* partial, bool group_heads, cudaStream_t s);
+// Blocks per token (and split) launch_attention uses for n_list tokens: the KV heads where
+// group_heads is set, the kernel takes the shape (head_dim 64 or 128, 2, 3, 4 or 8 query heads per
+// KV head: a block reads each K and V row once for its whole group) and the (token, KV head)
+// pairs are many enough; else the query heads.
+int64_t attention_block_heads(const DeviceKvLayer& kv, int64_t n_heads, int64_t n_list,
+                              bool group_heads);
 // The split count for n_list tokens of n_heads heads whose longest context is longest_context
 // keys: 1 (no split) where the (token, head) pairs already fill the GPU or contexts are short;
 // a power of two otherwise, so that a decode step's graph changes only when the bucket does.

@@ -40,45 +40,63 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// q . K[off .. off + hd), q in shared memory: 8 halves or 4 floats per 16-byte load where hd
-// allows, one value at a time otherwise.
-template <bool F16>
-__device__ __forceinline__ float key_score(const void* k, int64_t off, const float* q_s, int hd) {
-  float dot = 0.0f;
+// s[g] = q_g . K[off .. off + hd) for the block's G query heads (q in shared memory, rows of
+// kQRow floats): each 16-byte load of the K row (8 halves or 4 floats) serves every head; one
+// value at a time where hd does not allow vector loads.
+template <bool F16, int G, int kQRow>
+__device__ __forceinline__ void key_scores(const void* k, int64_t off, const float (*q_s)[kQRow],
+                                           int hd, float (&s)[G]) {
+#pragma unroll
+  for (int gq = 0; gq < G; ++gq) s[gq] = 0.0f;
   constexpr int kPerLoad = F16 ? 8 : 4;
   if (hd % kPerLoad == 0) {
     const uint4* row =
         reinterpret_cast<const uint4*>(static_cast<const char*>(k) + off * (F16 ? 2 : 4));
-#pragma unroll 8
+#pragma unroll 4
     for (int c = 0; c < hd / kPerLoad; ++c) {
       const uint4 raw = __ldg(row + c);
-      const float* qc = q_s + c * kPerLoad;
+      float kv[kPerLoad];
       if constexpr (F16) {
         const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float2 f = __half22float2(h2[i]);
-          dot += qc[2 * i] * f.x + qc[2 * i + 1] * f.y;
+          kv[2 * i] = f.x;
+          kv[2 * i + 1] = f.y;
         }
       } else {
-        dot += qc[0] * __uint_as_float(raw.x) + qc[1] * __uint_as_float(raw.y) +
-               qc[2] * __uint_as_float(raw.z) + qc[3] * __uint_as_float(raw.w);
+        kv[0] = __uint_as_float(raw.x);
+        kv[1] = __uint_as_float(raw.y);
+        kv[2] = __uint_as_float(raw.z);
+        kv[3] = __uint_as_float(raw.w);
+      }
+#pragma unroll
+      for (int gq = 0; gq < G; ++gq) {
+        const float* qc = q_s[gq] + c * kPerLoad;
+#pragma unroll
+        for (int i = 0; i < kPerLoad; ++i) s[gq] += qc[i] * kv[i];
       }
     }
-    return dot;
+    return;
   }
-  for (int d = 0; d < hd; ++d) dot += q_s[d] * kv_value<F16>(k, off + d);
-  return dot;
+  for (int d = 0; d < hd; ++d) {
+    const float kd = kv_value<F16>(k, off + d);
+#pragma unroll
+    for (int gq = 0; gq < G; ++gq) s[gq] += q_s[gq][d] * kd;
+  }
 }
 
-// kPerLane = ceil(head_dim / 32) output values per lane (element lane + 32 j).
-template <int kPerLane, bool F16>
+// kPerLane = ceil(head_dim / 32) output values per lane (element lane + 32 j). G query heads per
+// block: 1 (blockIdx.y is the query head), or a whole GQA group (blockIdx.y is the KV head, and
+// each K row and V row read serves the group's G heads).
+template <int kPerLane, bool F16, int G>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a) {
   const int64_t t = a.list != nullptr ? a.list[blockIdx.x] : blockIdx.x;
-  const int h = blockIdx.y;
+  const int group = a.n_heads / a.kv.n_kv_heads;
+  const int h0 = G == 1 ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y) * G;
+  const int g = h0 / group;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd = a.kv.head_dim;
-  const int g = h / (a.n_heads / a.kv.n_kv_heads);
   const int64_t ctx_end = static_cast<int64_t>(a.b.positions[t]) + 1;
   const int64_t window_begin = a.window > 0 && ctx_end > a.window ? ctx_end - a.window : 0;
   // This split's keys: [first, ctx) of [window_begin, ctx_end), in gridDim.z near-equal parts.
@@ -87,88 +105,117 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
   const int64_t ctx = first + per_split < ctx_end ? first + per_split : ctx_end;
   const int32_t* table = a.tables.tables + a.tables.table_offset[a.b.sequence_of[t]];
 
-  // q in shared memory: every lane reads all of it (a broadcast) for the key it scores.
-  __shared__ float q_s[kPerLane * 32];
-  const float* qh = a.q + (t * a.n_heads + h) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) q_s[d] = qh[d];
+  // The heads' q in shared memory: every lane reads all of it (a broadcast) for its key.
+  constexpr int kQRow = kPerLane * 32;
+  __shared__ float q_s[G][kQRow];
+  for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+    q_s[i / hd][i % hd] = a.q[(t * a.n_heads + h0 + i / hd) * hd + i % hd];
+  }
   __syncthreads();
-  float acc[kPerLane];
+  float acc[G][kPerLane], m[G], l[G];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) acc[j] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
+  for (int gq = 0; gq < G; ++gq) {
+    m[gq] = -INFINITY;
+    l[gq] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) acc[gq][j] = 0.0f;
+  }
   // 32 keys per warp step: lane i scores key p0 + i (its whole K row), the warp takes one max and
-  // one sum for the 32, then every lane adds the 32 weighted V rows for its output elements.
+  // one sum per head for the 32, then every lane adds the 32 weighted V rows for its elements.
   for (int64_t p0 = first + 32 * warp; p0 < ctx; p0 += 32 * kWarps) {
     const int64_t p = p0 + lane;
     int64_t off = 0;
-    float s = -INFINITY;
+    float s[G];
     if (p < ctx) {
       const int64_t block = table[p / a.kv.block_size];
       off = ((block * a.kv.n_kv_heads + g) * a.kv.block_size + p % a.kv.block_size) * hd;
-      s = key_score<F16>(a.kv.k, off, q_s, hd) * a.scale;
-      if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-    }
-    const float m_new = fmaxf(m, warp_max(s));  // finite: key p0 is always in range
-    const float correction = expf(m - m_new);   // 0 on the first keys (m = -inf)
-    const float w = p < ctx ? expf(s - m_new) : 0.0f;
-    l = l * correction + warp_sum(w);
+      key_scores<F16, G, kQRow>(a.kv.k, off, q_s, hd, s);
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) acc[j] *= correction;
+      for (int gq = 0; gq < G; ++gq) {
+        s[gq] *= a.scale;
+        if (a.softcap > 0.0f) s[gq] = a.softcap * tanhf(s[gq] / a.softcap);
+      }
+    } else {
+#pragma unroll
+      for (int gq = 0; gq < G; ++gq) s[gq] = -INFINITY;
+    }
+    float w[G];
+#pragma unroll
+    for (int gq = 0; gq < G; ++gq) {
+      const float m_new = fmaxf(m[gq], warp_max(s[gq]));  // finite: key p0 is in range
+      const float correction = expf(m[gq] - m_new);       // 0 on the first keys (m = -inf)
+      w[gq] = p < ctx ? expf(s[gq] - m_new) : 0.0f;
+      l[gq] = l[gq] * correction + warp_sum(w[gq]);
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) acc[gq][j] *= correction;
+      m[gq] = m_new;
+    }
     const int n_keys = ctx - p0 < 32 ? static_cast<int>(ctx - p0) : 32;
     for (int i = 0; i < n_keys; ++i) {
-      const float wi = __shfl_sync(0xffffffffu, w, i);
       const int64_t oi = __shfl_sync(0xffffffffu, off, i);
+      float wi[G];
+#pragma unroll
+      for (int gq = 0; gq < G; ++gq) wi[gq] = __shfl_sync(0xffffffffu, w[gq], i);
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         const int d = lane + 32 * j;
-        if (d < hd) acc[j] += wi * kv_value<F16>(a.kv.v, oi + d);
+        if (d < hd) {
+          const float v = kv_value<F16>(a.kv.v, oi + d);
+#pragma unroll
+          for (int gq = 0; gq < G; ++gq) acc[gq][j] += wi[gq] * v;
+        }
       }
     }
-    m = m_new;
   }
-  // Merge the warps: scale each warp's partial sums to the common max.
-  __shared__ float warp_m[kWarps], warp_l[kWarps];
-  __shared__ float warp_acc[kWarps][kPerLane * 32];
-  if (lane == 0) {
-    warp_m[warp] = m;
-    warp_l[warp] = l;
-  }
+  // Merge the warps: scale each warp's partial sums to the common max, per head.
+  __shared__ float warp_m[kWarps][G], warp_l[kWarps][G];
+  __shared__ float warp_acc[kWarps][G][kQRow];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) warp_acc[warp][lane + 32 * j] = acc[j];
+  for (int gq = 0; gq < G; ++gq) {
+    if (lane == 0) {
+      warp_m[warp][gq] = m[gq];
+      warp_l[warp][gq] = l[gq];
+    }
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) warp_acc[warp][gq][lane + 32 * j] = acc[gq][j];
+  }
   __syncthreads();
-  float m_all = -INFINITY;
+  for (int gq = 0; gq < G; ++gq) {
+    const int h = h0 + gq;
+    float m_all = -INFINITY;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w]);
-  float l_all = 0.0f;
-  float factor[kWarps];
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w][gq]);
+    float l_all = 0.0f;
+    float factor[kWarps];
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    factor[w] = warp_m[w] == -INFINITY ? 0.0f : expf(warp_m[w] - m_all);
-    l_all += warp_l[w] * factor[w];
-  }
-  if (a.partial != nullptr) {
-    // Split-K: this split's unnormalized output, then its max and sum (m = -inf: no key here).
-    float* ph =
-        a.partial +
-        ((static_cast<int64_t>(blockIdx.x) * a.n_heads + h) * gridDim.z + blockIdx.z) * (hd + 2);
+    for (int w = 0; w < kWarps; ++w) {
+      factor[w] = warp_m[w][gq] == -INFINITY ? 0.0f : expf(warp_m[w][gq] - m_all);
+      l_all += warp_l[w][gq] * factor[w];
+    }
+    if (a.partial != nullptr) {
+      // Split-K: this split's unnormalized output, then its max and sum (m = -inf: no key here).
+      float* ph =
+          a.partial +
+          ((static_cast<int64_t>(blockIdx.x) * a.n_heads + h) * gridDim.z + blockIdx.z) * (hd + 2);
+      for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) o += warp_acc[w][gq][d] * factor[w];
+        ph[d] = o;
+      }
+      if (threadIdx.x == 0) {
+        ph[hd] = m_all;
+        ph[hd + 1] = l_all;
+      }
+      continue;
+    }
+    float* oh = a.out + (t * a.n_heads + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
       float o = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) o += warp_acc[w][d] * factor[w];
-      ph[d] = o;
+      for (int w = 0; w < kWarps; ++w) o += warp_acc[w][gq][d] * factor[w];
+      oh[d] = l_all > 0.0f ? o / l_all : 0.0f;
     }
-    if (threadIdx.x == 0) {
-      ph[hd] = m_all;
-      ph[hd + 1] = l_all;
-    }
-    return;
-  }
-  float* oh = a.out + (t * a.n_heads + h) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) o += warp_acc[w][d] * factor[w];
-    oh[d] = l_all > 0.0f ? o / l_all : 0.0f;
   }
 }
 
@@ -195,16 +242,55 @@ __global__ void merge_splits_kernel(AttentionArgs a, int splits) {
   }
 }
 
+template <int kPerLane, int G>
+void launch_group(const AttentionArgs& a, dim3 grid, cudaStream_t s) {
+  if (a.kv.f16) {
+    attention_kernel<kPerLane, true, G><<<grid, kWarps * 32, 0, s>>>(a);
+  } else {
+    attention_kernel<kPerLane, false, G><<<grid, kWarps * 32, 0, s>>>(a);
+  }
+}
+
 template <int kPerLane>
 void launch_per_lane(const AttentionArgs& a, dim3 grid, cudaStream_t s) {
-  if (a.kv.f16) {
-    attention_kernel<kPerLane, true><<<grid, kWarps * 32, 0, s>>>(a);
-  } else {
-    attention_kernel<kPerLane, false><<<grid, kWarps * 32, 0, s>>>(a);
+  launch_group<kPerLane, 1>(a, grid, s);
+}
+
+// head_dim 64 or 128 with a GQA group of 2, 3, 4 or 8 query heads: a block per KV head.
+template <int kPerLane>
+bool launch_grouped(const AttentionArgs& a, dim3 grid, int group, cudaStream_t s) {
+  switch (group) {
+    case 2:
+      launch_group<kPerLane, 2>(a, grid, s);
+      return true;
+    case 3:
+      launch_group<kPerLane, 3>(a, grid, s);
+      return true;
+    case 4:
+      launch_group<kPerLane, 4>(a, grid, s);
+      return true;
+    case 8:
+      launch_group<kPerLane, 8>(a, grid, s);
+      return true;
+    default:
+      return false;
   }
 }
 
 }  // namespace
+
+int64_t attention_block_heads(const DeviceKvLayer& kv, int64_t n_heads, int64_t n_list,
+                              bool group_heads) {
+  // Grouping divides the blocks by the group size: only where (token, KV head) pairs are many
+  // enough that the splits still fill the GPU (H200: an 8B shape, 8 KV heads, 110 -> 128 tok/s at
+  // 8k context; SmolLM2's 3 KV heads at batch 1 lost 8%, 570 -> 522).
+  constexpr int64_t kMinGroupedPairs = 8;
+  const int64_t group = n_heads / std::max<int64_t>(kv.n_kv_heads, 1);
+  const bool grouped = group_heads && n_list * kv.n_kv_heads >= kMinGroupedPairs &&
+                       (kv.head_dim == 64 || kv.head_dim == 128) &&
+                       (group == 2 || group == 3 || group == 4 || group == 8);
+  return grouped ? kv.n_kv_heads : n_heads;
+}
 
 int64_t attention_splits(int64_t n_list, int64_t n_heads, int64_t longest_context, int sm_count) {
   // Enough blocks for two waves of the SMs, at least kMinKeysPerSplit keys each, a power of two.
@@ -220,7 +306,7 @@ int64_t attention_splits(int64_t n_list, int64_t n_heads, int64_t longest_contex
 void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
                       const AttentionScores& scores, DeviceTokens b, DeviceTables tables,
                       const int32_t* token_list, int64_t n_list, float* out, int64_t splits,
-                      float* partial, cudaStream_t s) {
+                      float* partial, bool group_heads, cudaStream_t s) {
   if (n_list == 0) return;
   if (kv.head_dim > 256) {
     throw Error(ErrorKind::Unsupported,
@@ -237,33 +323,40 @@ void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
                         tables,
                         token_list,
                         splits > 1 ? partial : nullptr};
-  const dim3 grid(static_cast<unsigned>(n_list), static_cast<unsigned>(n_heads),
+  const int64_t block_heads = attention_block_heads(kv, n_heads, n_list, group_heads);
+  const dim3 grid(static_cast<unsigned>(n_list), static_cast<unsigned>(block_heads),
                   static_cast<unsigned>(splits > 1 ? splits : 1));
-  switch ((kv.head_dim + 31) / 32) {
-    case 1:
-      launch_per_lane<1>(a, grid, s);
-      break;
-    case 2:
-      launch_per_lane<2>(a, grid, s);
-      break;
-    case 3:
-      launch_per_lane<3>(a, grid, s);
-      break;
-    case 4:
-      launch_per_lane<4>(a, grid, s);
-      break;
-    case 5:
-      launch_per_lane<5>(a, grid, s);
-      break;
-    case 6:
-      launch_per_lane<6>(a, grid, s);
-      break;
-    case 7:
-      launch_per_lane<7>(a, grid, s);
-      break;
-    default:
-      launch_per_lane<8>(a, grid, s);
-      break;
+  const int group = static_cast<int>(n_heads / kv.n_kv_heads);
+  if (block_heads != n_heads) {
+    if (kv.head_dim == 64) launch_grouped<2>(a, grid, group, s);
+    if (kv.head_dim == 128) launch_grouped<4>(a, grid, group, s);
+  } else {
+    switch ((kv.head_dim + 31) / 32) {
+      case 1:
+        launch_per_lane<1>(a, grid, s);
+        break;
+      case 2:
+        launch_per_lane<2>(a, grid, s);
+        break;
+      case 3:
+        launch_per_lane<3>(a, grid, s);
+        break;
+      case 4:
+        launch_per_lane<4>(a, grid, s);
+        break;
+      case 5:
+        launch_per_lane<5>(a, grid, s);
+        break;
+      case 6:
+        launch_per_lane<6>(a, grid, s);
+        break;
+      case 7:
+        launch_per_lane<7>(a, grid, s);
+        break;
+      default:
+        launch_per_lane<8>(a, grid, s);
+        break;
+    }
   }
   check_launch("attention");
   if (splits > 1) {
