@@ -172,8 +172,10 @@ TEST(CliRun, BenchProbeReportsComputePeaksAndPrefillOpGroups) {
   const auto& c = j["compute"];
   ASSERT_TRUE(c["peaks"].is_object()) << bench.out;
   ASSERT_FALSE(c["peaks"].empty());  // every x86-64 machine we run on has AVX2 at least
+  // A rate in operations per second, not a speed check (that is the benchmarks' business): under
+  // ASan on a busy 2-core VM one family measured 0.89e9, where a release build measures 1e10+.
   for (const auto& [family, peak] : c["peaks"].items()) {
-    EXPECT_GT(peak["ops_per_second"].get<double>(), 1e9) << family;
+    EXPECT_GT(peak["ops_per_second"].get<double>(), 1e7) << family;
   }
   const auto& p = c["prefill"];
   EXPECT_EQ(p["tokens"], 128);
