@@ -155,11 +155,15 @@ TEST(CliTensorParallel, MixturesAndGpt2SplitByHeadsMatchOneProcess) {
 // OLMoE's Q/K RMSNorms span the whole projection, every head: each rank holds some heads, so the
 // per-token sums of squares are all-reduced before each rank scales its part (a rank that normed
 // only its own heads moves the logits by percents). 4 heads: 2 per rank at tp 2, 1 at tp 4.
+// The HF case (families.py: 4 heads over 2 KV heads) at tp 4 gives each KV head to two ranks
+// (kv_head_copies 2): the all-reduced K sums count every KV head twice and are halved.
 TEST(CliTensorParallel, OlmoeWholeProjectionNormsSplitByHeadsMatchOneProcess) {
   EMBER_REQUIRE_MPI();
   const auto olmoe = test::fixture("models/moe-zoo/olmoe.gguf");
   EMBER_REQUIRE_FIXTURE(olmoe);
   expect_split_runs_match(olmoe.string(), "", 512, {{"--tp 2", 2}, {"--tp 4", 4}});
+  const auto hf = test::write_family_checkpoint(test::read_family_case("olmoe"));
+  expect_split_runs_match(hf.string(), "", 256, {{"--tp 4", 4}}, "Once upon a time");
 }
 
 // SmolLM2-135M's shape (d_model 576, 9 heads over 3 KV heads, d_ffn 1536, vocab 49,152) cut to
