@@ -17,6 +17,7 @@
 #include "ember/backend/cpu/amx_weight_tiles.h"
 #include "ember/backend/cpu/kernels.h"
 #include "ember/backend/cpu/weight_layout.h"
+#include "ember/backend/kv_channel_blocks.h"
 #include "ember/backend/kv_row_format.h"
 #include "ember/core/aligned_vector.h"
 #include "ember/core/dtype.h"
@@ -231,9 +232,36 @@ cpu::PagedKv paged_kv(DType dtype, int64_t bs, int64_t n_kv, int64_t hd) {
   return kv;
 }
 
+// kv argument 5 (kKvChannel): a q4_0 cache whose K is stored per channel (kv_channel_blocks.h).
+constexpr int64_t kKvChannel = static_cast<int64_t>(std::size(kKvDtypes));
+
+// Per-channel K for n_blocks blocks of n_kv heads: sealed regions (every block's) and exact f16
+// rows (what a query reads from its own block).
+struct ChannelK {
+  std::vector<uint8_t> regions;
+  std::vector<uint16_t> exact;
+  std::vector<const uint16_t*> exact_of_block;
+};
+
+ChannelK channel_k(int64_t n_blocks, int64_t n_kv, int64_t hd, int64_t bs, uint32_t seed) {
+  ChannelK c;
+  const auto values = random_floats(n_blocks * n_kv * bs * hd, seed);
+  c.exact.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) c.exact[i] = ember::f32_to_f16(values[i]);
+  const int64_t region = bs * ember::kv_channel_row_bytes(hd, bs), rows = bs * hd;
+  c.regions.resize(static_cast<size_t>(n_blocks * n_kv * region));
+  for (int64_t r = 0; r < n_blocks * n_kv; ++r) {
+    ember::kv_channel_quantize(c.exact.data() + r * rows, hd, bs, c.regions.data() + r * region);
+  }
+  for (int64_t b = 0; b < n_blocks; ++b)
+    c.exact_of_block.push_back(c.exact.data() + b * n_kv * rows);
+  return c;
+}
+
 void BM_Attention(benchmark::State& state) {
   const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
-  const DType dtype = kKvDtypes[state.range(1)];
+  const bool channel = state.range(1) == kKvChannel;
+  const DType dtype = channel ? DType::Q4_0 : kKvDtypes[state.range(1)];
   const int64_t n_blocks = (ctx + bs - 1) / bs;
   const auto k = kv_rows(n_blocks * bs * n_kv, hd, dtype, 3);
   const auto v = kv_rows(n_blocks * bs * n_kv, hd, dtype, 4);
@@ -243,6 +271,13 @@ void BM_Attention(benchmark::State& state) {
   cpu::PagedKv kv = paged_kv(dtype, bs, n_kv, hd);
   kv.k_pool = k.data();
   kv.v_pool = v.data();
+  const ChannelK ck = channel ? channel_k(n_blocks, n_kv, hd, bs, 3) : ChannelK{};
+  if (channel) {
+    kv.k_channel = true;
+    kv.k_row_bytes = ember::kv_channel_row_bytes(hd, bs);
+    kv.k_pool = ck.regions.data();
+    kv.k_exact = ck.exact_of_block.data();
+  }
   const auto q = random_floats(n_heads * hd, 6);
   std::vector<float> out(static_cast<size_t>(n_heads * hd));
   for (auto _ : state) {
@@ -252,11 +287,12 @@ void BM_Attention(benchmark::State& state) {
   state.counters["bytes/s"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * 2.0 * ctx * n_kv * kv.k_row_bytes,
       benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " " + dtype_name(dtype));
+  state.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " " + dtype_name(dtype) +
+                 (channel ? " K per channel" : ""));
 }
 BENCHMARK(BM_Attention)
     ->ArgNames({"ctx", "kv"})
-    ->ArgsProduct({{512, 8192, 65536}, {0, 1, 2, 3, 4}})  // 65536: 100 MB of f32 K/V, from DRAM
+    ->ArgsProduct({{512, 8192, 65536}, {0, 1, 2, 3, 4, 5}})  // 65536: 100 MB of f32 K/V, from DRAM
     ->Unit(benchmark::kMicrosecond);
 
 // A batched decode step's attention: 32 sequences of `ctx` tokens, one decode token each, over all

@@ -18,9 +18,8 @@ void Backend::reserve(Activations& buffer, int64_t floats) {
 }
 
 std::string KvShape::dtype_label() const {
-  std::string label = dtype_name(k_dtype);
-  if (v_dtype != k_dtype) label += std::string("/") + dtype_name(v_dtype);
-  return label;
+  const std::string k = std::string(dtype_name(k_dtype)) + (k_channel_scales ? "c" : "");
+  return v_dtype != k_dtype || k_channel_scales ? k + "/" + dtype_name(v_dtype) : k;
 }
 
 void Backend::from_host(float* data, const float* host, int64_t n) {

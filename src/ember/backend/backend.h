@@ -25,6 +25,7 @@
 
 #include "ember/backend/attention_scores.h"
 #include "ember/backend/batch.h"
+#include "ember/backend/kv_channel_blocks.h"
 #include "ember/backend/kv_row_format.h"
 #include "ember/backend/weight.h"
 #include "ember/core/dtype.h"
@@ -82,20 +83,26 @@ struct KvShape {
   // K rows are stored rotated (kv_rotate(): H k) and attention rotates each query the same way;
   // for quantized K, where it lowers the error (--kv-rotate).
   bool rotate_k = false;
+  // A q4_0 K cache stored per channel (kv_channel_blocks.h: a scale and minimum per channel and
+  // block, sealed once the block is full; KIVI) instead of in q4_0's per-token groups.
+  bool k_channel_scales = false;
   // The storage of a model's sliding-window layers kept apart from its global ones (Gemma 2/3,
   // backend/kv_cache.h): indexed by BatchSequence::window_block_table instead of block_table.
   bool window_table = false;
 
   void set_dtype(DType both) { k_dtype = v_dtype = both; }
   // Bytes of one token's K (V) row of one kv head, scales included.
-  int64_t k_row_bytes() const { return kv_row_bytes(k_dtype, head_dim); }
+  int64_t k_row_bytes() const {
+    return k_channel_scales ? kv_channel_row_bytes(head_dim, block_size)
+                            : kv_row_bytes(k_dtype, head_dim);
+  }
   int64_t v_row_bytes() const { return kv_row_bytes(v_dtype, head_dim); }
   // K + V of one token across all layers, and of one block.
   int64_t bytes_per_token() const {
     return n_layers * n_kv_heads * (k_row_bytes() + v_row_bytes());
   }
   int64_t bytes_per_block() const { return bytes_per_token() * block_size; }
-  // "q8_0", or "q8_0/f16" when K and V differ.
+  // "q8_0", or "q8_0/f16" when K and V differ; "q4_0c" names a K cache with per-channel scales.
   std::string dtype_label() const;
 };
 

@@ -169,6 +169,8 @@ void print_serve_plan(const LoadedModel& model, const AsyncEngine& engine,
   CapacityPlanInput in = capacity_input(model.weights.config, engine.engine().max_context(),
                                         o.max_seqs, so.engine.engine.kv_dtype);
   in.kv_dtype_v = so.engine.engine.kv_dtype_of_v();
+  in.k_channel_scales = so.engine.engine.k_channel_scales();
+  in.block_size = so.engine.engine.block_size;
   in.weight_bytes = in.decode_weight_bytes = model.weights.matrix_bytes();
   const CapacityPlan p = plan_capacity(in);
   std::fprintf(stderr,

@@ -80,6 +80,13 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
                "Store K multiplied by a Hadamard matrix per quantization group (queries rotated "
                "alike, scores unchanged): spreads K's outlier channels before quantization, for "
                "q4_0/q8_0 K caches");
+  app.add_option("--kv-k-scales", o.kv_k_scales,
+                 "How a q4_0 K cache is scaled: channel (a scale and minimum per channel and "
+                 "16-token block, sealed when the block is full and exact until then; KIVI), "
+                 "token (q4_0's groups of 32 along each token's head_dim) or auto (channel for a "
+                 "q4_0 K cache)")
+      ->check(CLI::IsMember({"auto", "channel", "token"}))
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -226,6 +233,14 @@ LLMEngineOptions ModelOptions::engine_options(const LoadedModel* draft_model) co
   o.engine.kv_dtype = parsed_kv_dtype();
   if (const DType v = parsed_kv_dtype_v(); v != o.engine.kv_dtype) o.engine.kv_dtype_v = v;
   o.engine.kv_rotate = kv_rotate;
+  if (kv_k_scales != "auto") {
+    o.engine.kv_k_channel = kv_k_scales == "channel";
+    if (*o.engine.kv_k_channel && o.engine.kv_dtype != DType::Q4_0) {
+      throw Error::invalid_request(
+          "--kv-k-scales", std::string("--kv-k-scales channel needs a q4_0 K cache; K is ") +
+                               dtype_name(o.engine.kv_dtype));
+    }
+  }
   o.speculative.lookup_ngram = lookup;
   o.speculative.draft_max = draft_max;
   if ((!draft.empty() || !draft_dtype.empty()) && draft_model == nullptr) {

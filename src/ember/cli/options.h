@@ -38,9 +38,10 @@ struct ModelOptions {
   std::string kv_dtype_k;  // empty: as --kv-dtype
   std::string kv_dtype_v;
   bool kv_rotate = false;
-  int32_t lookup = 0;            // --lookup N: prompt-lookup speculation
-  int32_t draft_max = 5;         // --draft-max K
-  std::string draft;             // --draft MODEL: speculation with a draft model
+  std::string kv_k_scales = "auto";  // auto | channel | token (EngineOptions::kv_k_channel)
+  int32_t lookup = 0;                // --lookup N: prompt-lookup speculation
+  int32_t draft_max = 5;             // --draft-max K
+  std::string draft;                 // --draft MODEL: speculation with a draft model
   std::string draft_dtype;       // --draft-dtype: the draft (or the model itself) quantized to this
   int64_t draft_layers = 0;      // --draft-layers N: the draft cut to its first N layers
   int tp = 1;                    // --tp N: this process is one of N ranks (mpirun -np N)

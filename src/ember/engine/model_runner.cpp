@@ -30,6 +30,12 @@ KvShape make_kv_shape(const ModelWeights& w, const EngineOptions& o, int64_t con
   s.k_dtype = o.kv_dtype;
   s.v_dtype = o.kv_dtype_of_v();
   s.rotate_k = o.kv_rotate;
+  s.k_channel_scales = o.k_channel_scales();
+  if (const std::string problem = kv_channel_problem(s.k_dtype, s.head_dim, s.block_size);
+      s.k_channel_scales && !problem.empty()) {
+    if (o.kv_k_channel.has_value()) throw Error(problem);
+    s.k_channel_scales = false;  // auto: q4_0's groups where per-channel blocks cannot be
+  }
   int64_t per_seq = (context + o.block_size - 1) / o.block_size;
   s.n_blocks = o.kv_blocks > 0 ? o.kv_blocks : per_seq * std::max<int64_t>(1, o.max_sequences);
   return s;
@@ -83,8 +89,11 @@ KvPoolCosts kv_pool_costs(const ModelWeights& weights, const EngineOptions& opti
 }
 
 std::string EngineOptions::kv_dtype_label() const {
-  std::string label = dtype_name(kv_dtype);
-  if (kv_dtype_of_v() != kv_dtype) label += std::string("/") + dtype_name(kv_dtype_of_v());
+  // As KvShape::dtype_label: "q4_0c/q4_0" for per-channel K.
+  const std::string k = std::string(dtype_name(kv_dtype)) + (k_channel_scales() ? "c" : "");
+  std::string label = k;
+  if (kv_dtype_of_v() != kv_dtype || k_channel_scales())
+    label += "/" + std::string(dtype_name(kv_dtype_of_v()));
   if (kv_rotate) label += " rotated";
   return label;
 }

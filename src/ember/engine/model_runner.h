@@ -31,6 +31,10 @@ struct EngineOptions {
   DType kv_dtype = DType::F32;
   std::optional<DType> kv_dtype_v;
   bool kv_rotate = false;  // store K rotated by a Hadamard matrix (KvShape::rotate_k)
+  // A q4_0 K cache with per-channel scales (KvShape::k_channel_scales) or q4_0's per-token groups;
+  // unset: per channel wherever the K cache is q4_0 and the shape allows it.
+  std::optional<bool> kv_k_channel;
+  bool k_channel_scales() const { return kv_k_channel.value_or(kv_dtype == DType::Q4_0); }
   // Offload tiers for prefix blocks that leave the pool (kv/kv_tier_store.h); need prefix_caching.
   KvTierOptions kv_tiers;
   DType kv_dtype_of_v() const { return kv_dtype_v.value_or(kv_dtype); }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "ember/backend/kv_channel_blocks.h"
 #include "ember/backend/kv_row_format.h"
 #include "ember/core/error.h"
 
@@ -51,9 +52,14 @@ CapacityPlan plan_capacity(const CapacityPlanInput& in) {
   kv_bytes_per_element(in.kv_dtype);  // names a dtype the cache cannot hold
   kv_bytes_per_element(v_dtype);
   // K and V rows of one head: head_dim values each, scales included.
-  const double head_bytes =
-      static_cast<double>(in.head_dim) *
-      (kv_bytes_per_value(in.kv_dtype, in.head_dim) + kv_bytes_per_value(v_dtype, in.head_dim));
+  const bool k_channel =
+      in.k_channel_scales && kv_channel_problem(in.kv_dtype, in.head_dim, in.block_size).empty();
+  const double k_bytes_per_value =
+      k_channel ? static_cast<double>(kv_channel_row_bytes(in.head_dim, in.block_size)) /
+                      static_cast<double>(in.head_dim)
+                : kv_bytes_per_value(in.kv_dtype, in.head_dim);
+  const double head_bytes = static_cast<double>(in.head_dim) *
+                            (k_bytes_per_value + kv_bytes_per_value(v_dtype, in.head_dim));
   p.kv_bytes_per_token = static_cast<double>(in.n_layers * in.n_kv_heads) * head_bytes;
   p.kv_bytes_per_token_mha = static_cast<double>(in.n_layers * in.n_heads) * head_bytes;
   p.resident_tokens = in.sliding_window > 0 ? std::min(in.ctx, in.sliding_window) : in.ctx;

@@ -27,7 +27,11 @@ struct CapacityPlanInput {
   int64_t batch = 1;                // sequences decoding together
   DType kv_dtype = DType::F16;      // f32, f16, bf16, q8_0, q4_0 (K, and V unless kv_dtype_v)
   std::optional<DType> kv_dtype_v;  // V's dtype when it differs from K's
-  int64_t sliding_window = 0;       // > 0: every layer holds at most this many positions
+  // A q4_0 K cache stored per channel in blocks of block_size tokens (the engine's default;
+  // backend/kv_channel_blocks.h): 4-bit codes plus a scale and minimum per channel and block.
+  bool k_channel_scales = true;
+  int64_t block_size = 16;
+  int64_t sliding_window = 0;  // > 0: every layer holds at most this many positions
   // > 0: sliding-window layers interleaved with global ones (Gemma 2/3), kept in a pool of their
   // own: these many layers hold at most layer_window positions, the others the whole context.
   int64_t window_layers = 0;

@@ -117,8 +117,7 @@ OpRecord DecoderModel::attention_record(const Batch& batch, const KvStorage& kv,
   const ModelConfig& c = config_;
   const KvShape& shape = kv.shape();
   const double key_bytes = static_cast<double>(c.n_kv_heads) *
-                           (static_cast<double>(kv_row_bytes(shape.k_dtype, c.head_dim)) +
-                            static_cast<double>(kv_row_bytes(shape.v_dtype, c.head_dim)));
+                           static_cast<double>(shape.k_row_bytes() + shape.v_row_bytes());
   // q . k and p * v: 4 x head_dim per (query head, key); each sequence's keys read once.
   std::vector<int64_t> keys_of_sequence(batch.sequences.size(), 0);
   for (int64_t t = 0; t < batch.size(); ++t) {

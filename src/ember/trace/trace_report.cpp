@@ -13,9 +13,8 @@ namespace ember {
 using nlohmann::ordered_json;
 
 double kv_formula_bytes_per_token(const KvShape& kv) {
-  return static_cast<double>(kv.n_layers * kv.n_kv_heads * kv.head_dim) *
-         (kv_bytes_per_value(kv.k_dtype, kv.head_dim) +
-          kv_bytes_per_value(kv.v_dtype, kv.head_dim));
+  return static_cast<double>(kv.n_layers * kv.n_kv_heads) *
+         static_cast<double>(kv.k_row_bytes() + kv.v_row_bytes());
 }
 
 TraceMachine measure_trace_machine(Backend& backend, bool probe, int probe_mb) {
@@ -77,7 +76,8 @@ ordered_json lens_json(const TraceRecorder& t) {
       const LensCell& cell = t.lens()[l][position];
       if (cell.top.empty()) continue;  // not a selected position
       ordered_json top = ordered_json::array();
-      for (const LensEntry& e : cell.top) top.push_back(ordered_json::array({e.token, round6(e.p)}));
+      for (const LensEntry& e : cell.top)
+        top.push_back(ordered_json::array({e.token, round6(e.p)}));
       ordered_json j = {{"position", position}, {"top", top}};
       if (cell.next_rank >= 0) {
         j["next"] = cell.next_token;

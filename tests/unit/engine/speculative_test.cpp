@@ -48,6 +48,9 @@ struct Generated {
 
 class SpeculativeEngine : public ::testing::Test {
  protected:
+  void TearDown() override { kv_dtype = DType::F32; }
+  static inline DType kv_dtype = DType::F32;  // the KV cache generate() runs with
+
   static LoadedModel load(const std::string& path, bool dummy) {
     LoadOptions o;
     o.path = path;
@@ -65,6 +68,7 @@ class SpeculativeEngine : public ::testing::Test {
     eo.engine.max_sequences = static_cast<int64_t>(reqs.size());
     eo.engine.kv_blocks = kv_blocks;
     eo.engine.prefix_caching = true;
+    eo.engine.kv_dtype = kv_dtype;
     eo.scheduler.max_sequences = static_cast<int64_t>(reqs.size());
     eo.scheduler.max_batched_tokens = 256;
     eo.speculative = spec;
@@ -163,6 +167,23 @@ TEST_F(SpeculativeEngine, GreedyAndSeededSamplingAreExactOnStories260K) {
       expect_exact(m, batched, 2, k, temperature == 0.0f);
     }
   }
+}
+
+// A q4_0 cache stores K per channel: a block is quantized when its sequence moves past it and
+// read exact until then. Verification writes guesses into the next block and rejection sends the
+// sequence back: the block it returns to must still read exact (its exact rows are kept for the
+// last two steps) and be sealed again from the accepted tokens, or the tokens would drift from
+// plain decoding's.
+TEST_F(SpeculativeEngine, GreedyIsExactWithAPerChannelQ4KCache) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  const LoadedModel m = load(path.string(), false);
+  kv_dtype = DType::Q4_0;
+  std::vector<GenerationRequest> reqs = {
+      request(m, "The cat sat on the mat. The cat sat on the", 150, 0, 1),
+      request(m, "Once upon a time", 120, 0, 2), request(m, "Lily and Ben went", 90, 0, 3)};
+  const SpeculativeStats stats = expect_exact(m, reqs, SpeculativeOptions{2, 6}, true);
+  EXPECT_GT(stats.drafted, stats.accepted);  // some guesses were rejected
 }
 
 // Prompt lookup and an early-exit draft on the SmolLM2-shaped dummy.

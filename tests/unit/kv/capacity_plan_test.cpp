@@ -56,7 +56,9 @@ TEST(CapacityPlan, KvDtypesAndWindows) {
   CapacityPlanInput in = seventy_b(8, 4096);
   in.kv_dtype = DType::Q8_0;
   EXPECT_DOUBLE_EQ(plan_capacity(in).kv_bytes_per_token, 80.0 * 2 * 1024 * 34 / 32);
-  in.kv_dtype = DType::Q4_0;
+  in.kv_dtype = DType::Q4_0;  // K per channel: 64 code bytes + 512 / 16 of scales per 128 values
+  EXPECT_DOUBLE_EQ(plan_capacity(in).kv_bytes_per_token, 80.0 * 1024 * (96.0 / 128 + 18.0 / 32));
+  in.k_channel_scales = false;  // q4_0's groups for K too
   EXPECT_DOUBLE_EQ(plan_capacity(in).kv_bytes_per_token, 80.0 * 2 * 1024 * 18 / 32);
   in.kv_dtype = DType::F32;
   in.sliding_window = 1024;  // every layer windowed: a sequence holds the window only
@@ -65,7 +67,8 @@ TEST(CapacityPlan, KvDtypesAndWindows) {
   EXPECT_THROW(plan_capacity(in), Error);
 }
 
-// Gemma-2-2B's shape (26 layers, 4 KV heads of 256, window 4096 on every other layer): at 8,192 tokens the 13 sliding layers hold 4,096 positions, the 13 global ones 8,192.
+// Gemma-2-2B's shape (26 layers, 4 KV heads of 256, window 4096 on every other layer): at 8,192
+// tokens the 13 sliding layers hold 4,096 positions, the 13 global ones 8,192.
 TEST(CapacityPlan, InterleavedWindowLayersHoldOnlyTheirWindow) {
   ModelConfig c;
   c.n_layers = 26;

@@ -144,14 +144,19 @@ TEST(ForwardKv, PrefixCachedBlocksGiveTheSameLogitsAsRecompute) {
   o.path = path.string();
   o.load_tokenizer = false;
   LoadedModel m = load_model(o);
-  for (DType kv_dtype : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
-    SCOPED_TRACE(dtype_name(kv_dtype));
+  // Q4_0 twice: K per channel (the default) and in q4_0's per-token groups.
+  const DType dtypes[] = {DType::F32,  DType::F16,  DType::BF16,
+                          DType::Q8_0, DType::Q4_0, DType::Q4_0};
+  for (size_t i = 0; i < std::size(dtypes); ++i) {
+    const DType kv_dtype = dtypes[i];
+    SCOPED_TRACE(std::string(dtype_name(kv_dtype)) + (i == 5 ? " K per token" : ""));
     EngineOptions eo;
     eo.max_context = 128;
     eo.max_sequences = 3;
     eo.block_size = 8;
     eo.prefix_caching = true;
     eo.kv_dtype = kv_dtype;
+    if (i == 5) eo.kv_k_channel = false;
     test::StepEngine engine(m.weights, eo);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 45; ++i) prompt.push_back(1 + (i * 29) % 500);
@@ -265,16 +270,24 @@ TEST(ForwardKv, InterleavedQuantizedModelDecodesBitIdenticallyToPrefill) {
   // The AMX set multiplies q8_0 / q4_0 by bf16 activations on its tiles from 16 tokens on
   // (kernels_amx_test.cpp): the contract is the AVX-512 set's and below.
   test::IsaScope scope(std::min(cpu::active_isa(), cpu::Isa::Avx512));
-  for (DType kv_dtype : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0})
+  // Q4_0 twice: K per channel (the default; a block is read exact by its own tokens and sealed by
+  // later ones, which must not depend on how the steps were cut) and per token.
+  const DType kv_dtypes[] = {DType::F32,  DType::F16,  DType::BF16,
+                             DType::Q8_0, DType::Q4_0, DType::Q4_0};
+  for (size_t k = 0; k < std::size(kv_dtypes); ++k)
     for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " kv " + dtype_name(kv_dtype));
+      const DType kv_dtype = kv_dtypes[k];
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " kv " + dtype_name(kv_dtype) +
+                   (k == 5 ? " K per token" : ""));
       LoadedModel m = load_dummy_model("dummy-q4", config, dtype);
       ASSERT_EQ(m.weights.lm_head.layout, WeightLayout::Interleaved8);  // 300 rows: padded
       std::vector<int32_t> tokens;
       for (int i = 0; i < 70; ++i) tokens.push_back((i * 41 + 3) % 300);
       EngineOptions eo;
       eo.kv_dtype = kv_dtype;
+      if (k == 5) eo.kv_k_channel = false;
       test::StepEngine engine(m.weights, eo);
+      ASSERT_EQ(engine.runner().kv_shape().k_channel_scales, k == 4);
       const auto V = static_cast<size_t>(m.weights.config.vocab_size);
       Sequence whole, stepwise, other;
       auto z = engine.feed(whole, tokens, /*all_logits=*/true);

@@ -376,8 +376,9 @@ EMBER_AMX void column_group(const float* q, int64_t q_stride, int64_t h, const P
 
 bool attention_runs_on_tiles(const PagedKv& kv, const AttentionScores& rules, int64_t nt) {
   // An f32 cache asks for f32 attention: the tiles would round its K and V to bf16.
+  // Per-channel K (a block read exact or sealed by query position) runs on the AVX2 kernel.
   return nt >= kGroupTokens && rules.softcap == 0.0f && kv.head_dim % 32 == 0 &&
-         kv.k_dtype != DType::F32 && kv.v_dtype != DType::F32;
+         kv.k_dtype != DType::F32 && kv.v_dtype != DType::F32 && !kv.k_channel;
 }
 
 EMBER_AMX void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,

@@ -177,7 +177,7 @@ enum class PoolRead { InPlace, Widened, F16, Bf16, Q8, Q4 };
 PoolRead pool_read(const PagedKv& kv, int group_kernel, int64_t nt) {
   const DType k = kv.k_dtype, v = kv.v_dtype;
   if (k == DType::F32 && v == DType::F32) return PoolRead::InPlace;
-  if (group_kernel == 0 || nt != 1 || k != v) return PoolRead::Widened;
+  if (group_kernel == 0 || nt != 1 || k != v || kv.k_channel) return PoolRead::Widened;
   switch (k) {
     case DType::F16:
       return PoolRead::F16;
@@ -495,7 +495,13 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
           const int64_t n_rows = std::min(bs, ctx_last - pb);
           float* kd = scratch.k.data() + b * bs * hd_pad;
           float* vd = scratch.v.data() + b * bs * hd_pad;
-          widen_kv_rows(blocks.kb[b], kv.k_dtype, kv.k_row_bytes, n_rows, hd, hd_pad, kd);
+          if (!kv.k_channel) {
+            widen_kv_rows(blocks.kb[b], kv.k_dtype, kv.k_row_bytes, n_rows, hd, hd_pad, kd);
+          } else if (pb / bs == (ctx_last - 1) / bs) {  // the tokens' own block: exact rows
+            widen_f16_rows(kv.k_exact_rows(block_of(pb / bs), g), n_rows, hd, hd_pad, kd);
+          } else {
+            widen_channel_rows(blocks.kb[b], n_rows, hd, hd_pad, kd);
+          }
           widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes, n_rows, hd, hd_pad, vd);
           blocks.k[b] = kd;
           blocks.v[b] = vd;
@@ -575,8 +581,20 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
              : grouped && group == 2 ? attention_tokens_group<2>
              : grouped && group == 1 ? attention_tokens_group<1>
                                      : attention_tokens_group<0>;
-  run(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out, out_stride, kv_head_begin,
-      kv_head_end);
+  if (!kv.k_channel) {
+    return run(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out, out_stride,
+               kv_head_begin, kv_head_end);
+  }
+  // Per-channel K: a token reads its own block's keys exact and earlier blocks' sealed, so the
+  // tokens of one call must share a block (each token's result is the same bits either way).
+  for (int64_t u = 0; u < nt;) {
+    const int64_t block = (ctx0 + u - 1) / kv.block_size;
+    int64_t e = u + 1;
+    while (e < nt && (ctx0 + e - 1) / kv.block_size == block) ++e;
+    run(q + u * q_stride, e - u, q_stride, n_heads, kv, block_table, ctx0 + u, scores,
+        out + u * out_stride, out_stride, kv_head_begin, kv_head_end);
+    u = e;
+  }
 }
 
 }  // namespace ember::cpu::avx2

@@ -124,7 +124,12 @@ void CpuBackend::store_rows(KvStorage& kv, int64_t layer, const float* k, const 
         kv_rotate(rotated.data(), s.head_dim);
         k_row = rotated.data();
       }
-      cpu::store_kv(k_row, s.head_dim, s.k_dtype, cache.k_at(layer, row));
+      if (s.k_channel_scales) {  // exact until the block is sealed (host_kv_storage.h)
+        uint16_t* exact = cache.k_exact_row(layer, block, pos % s.block_size, g);
+        cpu::store_kv(k_row, s.head_dim, DType::F16, exact);
+      } else {
+        cpu::store_kv(k_row, s.head_dim, s.k_dtype, cache.k_at(layer, row));
+      }
       cpu::store_kv(v + src, s.head_dim, s.v_dtype, cache.v_at(layer, row));
     }
   }
@@ -132,21 +137,28 @@ void CpuBackend::store_rows(KvStorage& kv, int64_t layer, const float* k, const 
 
 void CpuBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, const float* v,
                           const Batch& batch) {
+  auto& cache = static_cast<HostKvStorage&>(kv);
+  const bool channel = cache.shape().k_channel_scales;
+  if (channel) cache.begin_k_writes(layer, batch);
   for_token_rows(batch.size(),
                  [&](int64_t b, int64_t e) { store_rows(kv, layer, k, v, batch, b, e); });
+  if (channel) cache.seal_k_blocks(layer, batch);
 }
 
 void CpuBackend::rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k, const float* v,
                                int64_t n_heads, int64_t rope_dim, const float* inv_freq,
                                const Batch& batch) {
+  auto& cache = static_cast<HostKvStorage&>(kv);
   const KvShape& s = kv.shape();
   const int64_t qd = n_heads * s.head_dim, kvd = s.n_kv_heads * s.head_dim;
+  if (s.k_channel_scales) cache.begin_k_writes(layer, batch);
   for_token_rows(batch.size(), [&](int64_t b, int64_t e) {
     const int32_t* positions = batch.positions.data() + b;
     cpu::rope(q + b * qd, e - b, n_heads, s.head_dim, rope_dim, positions, inv_freq);
     cpu::rope(k + b * kvd, e - b, s.n_kv_heads, s.head_dim, rope_dim, positions, inv_freq);
     store_rows(kv, layer, k, v, batch, b, e);
   });
+  if (s.k_channel_scales) cache.seal_k_blocks(layer, batch);
 }
 
 void CpuBackend::attention(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,

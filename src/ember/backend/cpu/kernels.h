@@ -152,6 +152,13 @@ struct PagedKv {
   int64_t k_row_bytes = 0;
   int64_t v_row_bytes = 0;
   bool k_rotated = false;  // K rows hold H k (kv_rotate): queries must be rotated before the call
+  // Per-channel K (kv_channel_blocks.h): the k_pool region of (block, kv head) is
+  // k_region(block, kv_head), and a query reads the block holding its own position from the exact
+  // rows instead: k_exact[block] (f16 [n_layers, n_kv_heads, block_size, head_dim], this layer at
+  // k_exact_offset) while HostKvStorage keeps them, which it does for every block a step writes.
+  bool k_channel = false;
+  const uint16_t* const* k_exact = nullptr;
+  int64_t k_exact_offset = 0;
   int64_t block_size = 16;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
@@ -166,6 +173,19 @@ struct PagedKv {
   const uint8_t* v_row(int64_t index) const {
     return static_cast<const uint8_t*>(v_pool) + index * v_row_bytes;
   }
+  const uint8_t* k_region(int64_t block, int64_t kv_head) const {
+    return k_row(row_index(block, 0, kv_head));
+  }
+  // The exact K rows [block_size, head_dim] (f16) of (block, kv head); k_channel only.
+  const uint16_t* k_exact_rows(int64_t block, int64_t kv_head) const {
+    return k_exact[block] + k_exact_offset + kv_head * block_size * head_dim;
+  }
+  // Key `pos` of kv head g (block table entry `block`) as f32 into out [head_dim], for a query at
+  // position `query_pos`: from the pool in the cache's dtype, or, per-channel K, from the exact
+  // rows when the key shares the query's block and from the sealed region otherwise. Returns the
+  // row.
+  const float* read_k(int64_t block, int64_t pos, int64_t query_pos, int64_t kv_head,
+                      float* out) const;
 };
 
 // Causal attention of one query token over context positions [0, ctx_len) of its sequence, read

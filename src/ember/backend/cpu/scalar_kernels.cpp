@@ -155,8 +155,9 @@ void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int
     float m = -INFINITY, l = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
     for (int64_t p = scores.first_key(ctx_len); p < ctx_len; ++p) {
-      const int64_t row = kv.row_index(block_table[p / kv.block_size], p % kv.block_size, g);
-      const float* k = kv_row(kv.k_row(row), kv.k_dtype, hd, k_buf);
+      const int32_t block = block_table[p / kv.block_size];
+      const int64_t row = kv.row_index(block, p % kv.block_size, g);
+      const float* k = kv.read_k(block, p, ctx_len - 1, g, k_buf);
       const float* v = kv_row(kv.v_row(row), kv.v_dtype, hd, v_buf);
       float s = dot(qh, k, hd) * scores.scale;
       if (scores.softcap > 0.0f) s = scores.softcap * std::tanh(s / scores.softcap);

@@ -103,6 +103,7 @@ void ReferenceBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, co
   auto& cache = static_cast<cpu::HostKvStorage&>(kv);
   const KvShape& s = cache.shape();
   const int64_t kvd = s.n_kv_heads * s.head_dim;
+  if (s.k_channel_scales) cache.begin_k_writes(layer, batch);
   for (int64_t t = 0; t < batch.size(); ++t) {
     const int64_t pos = batch.positions[t];
     const BatchSequence& seq = batch.sequences[static_cast<size_t>(batch.sequence_of[t])];
@@ -111,10 +112,16 @@ void ReferenceBackend::store_kv(KvStorage& kv, int64_t layer, const float* k, co
       const int64_t row = cache.row_index(block, pos % s.block_size, g);
       std::vector<float> k_row(k + t * kvd + g * s.head_dim, k + t * kvd + (g + 1) * s.head_dim);
       if (s.rotate_k) kv_rotate(k_row.data(), s.head_dim);
-      kv_write_row(k_row.data(), s.head_dim, s.k_dtype, cache.k_at(layer, row));
+      if (s.k_channel_scales) {  // exact until the block is sealed (host_kv_storage.h)
+        kv_write_row(k_row.data(), s.head_dim, DType::F16,
+                     cache.k_exact_row(layer, block, pos % s.block_size, g));
+      } else {
+        kv_write_row(k_row.data(), s.head_dim, s.k_dtype, cache.k_at(layer, row));
+      }
       kv_write_row(v + t * kvd + g * s.head_dim, s.head_dim, s.v_dtype, cache.v_at(layer, row));
     }
   }
+  if (s.k_channel_scales) cache.seal_k_blocks(layer, batch);
 }
 
 void ReferenceBackend::rope_store_kv(KvStorage& kv, int64_t layer, float* q, float* k,

@@ -152,8 +152,11 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
   // Positions before the window are never read: their blocks may be back in the pool.
   for (int64_t p = first; p < ctx_len; ++p) {
     for (int64_t g = 0; g < n_kv; ++g) {
-      const int64_t row = kv.row_index(block_table[p / kv.block_size], p % kv.block_size, g);
-      kv_read_row(kv.k_row(row), hd, kv.k_dtype, &k[static_cast<size_t>((p * n_kv + g) * hd)]);
+      const int32_t block = block_table[p / kv.block_size];
+      const int64_t row = kv.row_index(block, p % kv.block_size, g);
+      float* k_row = &k[static_cast<size_t>((p * n_kv + g) * hd)];
+      const float* read = kv.read_k(block, p, ctx_len - 1, g, k_row);
+      if (read != k_row) std::copy(read, read + hd, k_row);
       kv_read_row(kv.v_row(row), hd, kv.v_dtype, &v[static_cast<size_t>((p * n_kv + g) * hd)]);
     }
   }

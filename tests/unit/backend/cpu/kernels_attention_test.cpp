@@ -97,6 +97,57 @@ TEST(KernelsAttention, MixedKAndVDtypesMatchReference) {
   }
 }
 
+// Per-channel K (kv_channel_blocks.h): each query reads its own block's keys from the exact rows
+// and every other block's from the sealed codes, whichever tokens share the call (tiles here
+// cross block boundaries). Expected: the reference over an f32 pool holding exactly the keys that
+// query should see; and a tile gives each token the bits of its single-token call.
+TEST(KernelsAttention, PerChannelKReadsTheOwnBlockExactAndEarlierBlocksSealed) {
+  const Case cases[] = {{9, 3, 64, 16, 150}, {8, 4, 8, 16, 53}, {4, 2, 16, 8, 41}};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (DType vd : {DType::Q4_0, DType::F16, DType::F32}) {
+      for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " v " + dtype_name(vd) +
+                     " hd=" + std::to_string(c.head_dim) + " bs=" + std::to_string(c.block_size));
+        test::ChannelPool p = test::make_channel_pool(c, 21, vd, 0.25f);
+        const int64_t nt = 11, ctx0 = c.ctx_len - nt + 1, qd = c.n_heads * c.head_dim;
+        const int64_t hd = c.head_dim;
+        auto q = random_floats(nt * qd, 22, -2.0f, 2.0f);
+        std::vector<float> tiled(q.size()), single(q.size()), want(q.size());
+        attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), ctx0, 0.3f,
+                         tiled.data(), qd, 0, c.n_kv_heads);
+        for (int64_t u = 0; u < nt; ++u) {
+          const int64_t ctx = ctx0 + u;
+          attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), ctx, 0.3f,
+                    single.data() + u * qd);
+          // The keys this query sees, in an f32 pool of the same block table.
+          Pool seen = make_pool(c, 21, vd);
+          seen.kv.k_dtype = DType::F32;
+          seen.kv.k_row_bytes = hd * 4;
+          seen.kb.assign(seen.k.size() * 4, 0);
+          seen.kv.k_pool = seen.kb.data();
+          for (int64_t pos = 0; pos < ctx; ++pos) {
+            for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+              const std::vector<float> k = p.key_seen(pos, ctx - 1, g);
+              const int64_t row =
+                  seen.kv.row_index(p.table[pos / c.block_size], pos % c.block_size, g);
+              std::memcpy(seen.kb.data() + row * hd * 4, k.data(), static_cast<size_t>(hd) * 4);
+            }
+          }
+          reference::attention(q.data() + u * qd, c.n_heads, seen.kv, seen.table.data(), ctx, 0.3f,
+                               want.data() + u * qd);
+        }
+        EXPECT_EQ(std::memcmp(tiled.data(), single.data(), tiled.size() * 4), 0);
+        for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(single[i], want[i], 2e-5) << i;
+        // The reference backend's own reader (PagedKv::read_k) follows the same rule.
+        std::vector<float> ref(static_cast<size_t>(qd));
+        reference::attention(q.data(), c.n_heads, p.kv, p.table.data(), ctx0, 0.3f, ref.data());
+        for (int64_t i = 0; i < qd; ++i) ASSERT_NEAR(ref[i], want[i], 2e-5) << i;
+      }
+    }
+  }
+}
+
 // Sliding windows and soft-caps (attention_scores.h), with the blocks wholly behind the window
 // given back to the pool (table entries -1): every ISA against the reference, and a tile of
 // tokens against single-token calls bit for bit (each token's own window).

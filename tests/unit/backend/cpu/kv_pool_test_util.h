@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "ember/backend/cpu/kernels.h"
+#include "ember/backend/kv_channel_blocks.h"
 #include "ember/backend/kv_row_format.h"
+#include "ember/core/half.h"
 #include "unit/backend/cpu/kernels_test_util.h"
 
 namespace ember::test {
@@ -59,6 +61,62 @@ inline Pool make_pool(const Case& c, uint32_t seed, DType dtype = DType::F32,
   p.kv.block_size = c.block_size;
   p.kv.n_kv_heads = c.n_kv_heads;
   p.kv.head_dim = c.head_dim;
+  return p;
+}
+
+// A pool whose K is stored per channel (kv_channel_blocks.h): every block sealed from p.k, and
+// exact rows (k_exact) that differ from those values by `exact_shift`, so a test sees which of the
+// two a query read. V in v_dtype.
+struct ChannelPool : Pool {
+  std::vector<std::vector<uint16_t>> exact;  // per block: [n_kv_heads, block_size, head_dim] f16
+  std::vector<const uint16_t*> exact_ptrs;
+  float exact_shift = 0.0f;
+
+  // What a query at position query_pos reads as key `pos` of kv head g: the exact row in its own
+  // block, the sealed one elsewhere (f32 [head_dim]).
+  std::vector<float> key_seen(int64_t pos, int64_t query_pos, int64_t g) const {
+    const int64_t bs = kv.block_size, hd = kv.head_dim, block = table[pos / bs];
+    std::vector<float> k(static_cast<size_t>(hd));
+    if (pos / bs == query_pos / bs) {
+      const uint16_t* row = exact[block].data() + (g * bs + pos % bs) * hd;
+      for (int64_t d = 0; d < hd; ++d) k[d] = f16_to_f32(row[d]);
+    } else {
+      kv_channel_read_row(kv.k_region(block, g), pos % bs, hd, k.data());
+    }
+    return k;
+  }
+};
+
+inline ChannelPool make_channel_pool(const Case& c, uint32_t seed, DType v_dtype,
+                                     float exact_shift) {
+  ChannelPool p;
+  static_cast<Pool&>(p) = make_pool(c, seed, v_dtype);
+  const int64_t hd = c.head_dim, bs = c.block_size, n_kv = c.n_kv_heads;
+  const auto n_blocks = static_cast<int64_t>(p.k.size()) / (hd * bs * n_kv);
+  p.kv.k_dtype = DType::Q4_0;
+  p.kv.k_channel = true;
+  p.kv.k_row_bytes = kv_channel_row_bytes(hd, bs);
+  p.kb.assign(static_cast<size_t>(n_blocks * n_kv * bs * p.kv.k_row_bytes), 0);
+  p.kv.k_pool = p.kb.data();
+  p.exact_shift = exact_shift;
+  p.exact.resize(static_cast<size_t>(n_blocks));
+  std::vector<uint16_t> rows(static_cast<size_t>(bs * hd));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    auto& e = p.exact[static_cast<size_t>(b)];
+    e.resize(static_cast<size_t>(n_kv * bs * hd));
+    for (int64_t g = 0; g < n_kv; ++g) {
+      const float* src = p.k.data() + p.kv.row_index(b, 0, g) * hd;  // bs rows of this head
+      for (int64_t i = 0; i < bs * hd; ++i) {
+        rows[static_cast<size_t>(i)] = f32_to_f16(src[i]);
+        e[static_cast<size_t>(g * bs * hd + i)] = f32_to_f16(src[i] + exact_shift);
+      }
+      kv_channel_quantize(rows.data(), hd, bs,
+                          p.kb.data() + p.kv.row_index(b, 0, g) * p.kv.k_row_bytes);
+    }
+    p.exact_ptrs.push_back(e.data());
+  }
+  p.kv.k_exact = p.exact_ptrs.data();
+  p.kv.k_exact_offset = 0;
   return p;
 }
 
