@@ -96,6 +96,32 @@ TEST_F(KvOffloadEngine, EvictedPrefixComesBackFromRam) {
   EXPECT_NE(metrics.find("ember_prefix_cache_restored_blocks_total"), std::string::npos);
 }
 
+// A q4_0 cache stores K per channel, a block sealed once its sequence moves past it. A prompt that
+// ends exactly at a block's end leaves that block full, cached and never sealed by a step: spilled
+// to the RAM tier (read_block seals it) or found in the pool (the next sequence's step seals it),
+// it must read as a cold run's sealed block does.
+TEST_F(KvOffloadEngine, PerChannelQ4KBlocksComeBackSealed) {
+  KvTierOptions tiers;
+  tiers.ram_bytes = 1 << 20;
+  LLMEngineOptions eo = options(tiers);
+  eo.engine.kv_dtype = DType::Q4_0;
+  std::vector<float> cold;
+  {
+    LLMEngine fresh(model_->weights, nullptr, eo);
+    ASSERT_TRUE(fresh.runner().kv_shape().k_channel_scales);
+    cold = score(fresh, prompt(0)).first;
+  }
+  LLMEngine engine(model_->weights, nullptr, eo);
+  const std::vector<int32_t> p0 = prompt(0);
+  score(engine, std::vector<int32_t>(p0.begin(), p0.begin() + 40));  // 5 full blocks of 8
+  score(engine, prompt(1));
+  EXPECT_GT(engine.kv().stats().spilled_blocks, 0);
+  const auto [warm, cached] = score(engine, p0);
+  EXPECT_EQ(cached, 40);
+  EXPECT_GT(engine.kv().stats().restored_blocks, 0);
+  EXPECT_LE(max_abs_diff(warm, cold), 1e-4);
+}
+
 // The engine spills its cached blocks and the RAM tier to disk when it ends; a new engine on the
 // same directory (a restart) serves the prefix from disk. Another KV dtype has its own entries.
 TEST_F(KvOffloadEngine, DiskTierServesAPrefixAfterARestart) {
