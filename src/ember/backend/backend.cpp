@@ -18,8 +18,13 @@ void Backend::reserve(Activations& buffer, int64_t floats) {
 }
 
 std::string KvShape::dtype_label() const {
-  const std::string k = std::string(dtype_name(k_dtype)) + (k_channel_scales ? "c" : "");
-  return v_dtype != k_dtype || k_channel_scales ? k + "/" + dtype_name(v_dtype) : k;
+  std::string label = dtype_name(k_dtype);
+  if (k_channel_scales) label.push_back('c');
+  if (v_dtype != k_dtype || k_channel_scales) {
+    label.push_back('/');
+    label.append(dtype_name(v_dtype));
+  }
+  return label;
 }
 
 void Backend::from_host(float* data, const float* host, int64_t n) {

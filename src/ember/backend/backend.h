@@ -120,6 +120,9 @@ class KvStorage {
   // backend with the same shape holds exactly what it held.
   virtual void read_block(int32_t block, uint8_t* out) const = 0;
   virtual void write_block(int32_t block, const uint8_t* in) = 0;
+  // Bytes the storage holds beside its blocks (a per-channel K cache's exact rows of the blocks
+  // being written, kv_channel_blocks.h); 0 for most.
+  virtual int64_t side_bytes() const { return 0; }
 
  private:
   KvShape shape_;

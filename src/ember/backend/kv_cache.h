@@ -42,6 +42,10 @@ class KvCache {
   const KvStorage* window() const { return window_.get(); }
   // K + V bytes of one token across every layer (both storages).
   int64_t bytes_per_token() const;
+  // What both storages hold beside their blocks (KvStorage::side_bytes).
+  int64_t side_bytes() const {
+    return main_->side_bytes() + (window_ != nullptr ? window_->side_bytes() : 0);
+  }
 
  private:
   struct LayerPlace {

@@ -585,6 +585,7 @@ void LLMEngine::update_gauges() {
   metrics_.kv_blocks_used = kv.used_blocks();
   metrics_.kv_blocks_cached = kv.cached_blocks();
   metrics_.kv_blocks_free = kv.available_blocks() - kv.cached_blocks();
+  metrics_.kv_side_bytes = runner_.kv_side_bytes();
   if (const KvBlockManager* w = window_kv(); w != nullptr) {
     metrics_.kv_window_pool = true;
     metrics_.kv_window_blocks_total = w->n_blocks();

@@ -122,6 +122,10 @@ std::string ServingMetrics::render_prometheus() const {
          static_cast<double>(kv_blocks_free));
   metric("ember_kv_blocks_cached", "gauge", "KV blocks free but holding a cached prefix",
          static_cast<double>(kv_blocks_cached));
+  metric("ember_kv_side_bytes", "gauge",
+         "Bytes the KV cache holds beside its blocks (a per-channel q4_0 K cache's exact rows of "
+         "the blocks being written)",
+         static_cast<double>(kv_side_bytes));
   if (kv_window_pool) {
     metric("ember_kv_window_blocks_total", "gauge",
            "KV blocks in the sliding-window layers' own pool (Gemma 2/3)",

@@ -44,6 +44,7 @@ struct ServingMetrics {
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_free = 0;    // never used or uncached
   int64_t kv_blocks_cached = 0;  // free but holding a cached prefix
+  int64_t kv_side_bytes = 0;     // ModelRunner::kv_side_bytes
   // Gemma's sliding-window layers in a pool of their own (backend/kv_cache.h): the same four
   // gauges for it, rendered as ember_kv_window_blocks_*.
   bool kv_window_pool = false;

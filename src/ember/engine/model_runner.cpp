@@ -90,11 +90,13 @@ KvPoolCosts kv_pool_costs(const ModelWeights& weights, const EngineOptions& opti
 
 std::string EngineOptions::kv_dtype_label() const {
   // As KvShape::dtype_label: "q4_0c/q4_0" for per-channel K.
-  const std::string k = std::string(dtype_name(kv_dtype)) + (k_channel_scales() ? "c" : "");
-  std::string label = k;
-  if (kv_dtype_of_v() != kv_dtype || k_channel_scales())
-    label += "/" + std::string(dtype_name(kv_dtype_of_v()));
-  if (kv_rotate) label += " rotated";
+  std::string label = dtype_name(kv_dtype);
+  if (k_channel_scales()) label.push_back('c');
+  if (kv_dtype_of_v() != kv_dtype || k_channel_scales()) {
+    label.push_back('/');
+    label.append(dtype_name(kv_dtype_of_v()));
+  }
+  if (kv_rotate) label.append(" rotated");
   return label;
 }
 

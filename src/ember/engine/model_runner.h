@@ -93,6 +93,8 @@ class ModelRunner {
   int64_t window_pool_blocks() const { return window_blocks_; }
   // K + V bytes of one token in every layer, and of one block of the window layers' pool.
   int64_t kv_bytes_per_token() const { return kv_.bytes_per_token(); }
+  // Bytes the KV storages hold beside the pool (per-channel K's exact rows).
+  int64_t kv_side_bytes() const { return kv_.side_bytes(); }
   int64_t window_kv_bytes_per_block() const {
     return kv_.window() != nullptr ? kv_.window()->shape().bytes_per_block() : 0;
   }

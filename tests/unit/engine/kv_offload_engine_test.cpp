@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
 
 #include "ember/core/error.h"
 #include "ember/engine/llm_engine.h"
@@ -120,6 +121,17 @@ TEST_F(KvOffloadEngine, PerChannelQ4KBlocksComeBackSealed) {
   EXPECT_EQ(cached, 40);
   EXPECT_GT(engine.kv().stats().restored_blocks, 0);
   EXPECT_LE(max_abs_diff(warm, cold), 1e-4);
+  // The exact rows of the blocks last written, beside the pool, are in /metrics: each block's
+  // K of every layer and kv head in f16.
+  const KvShape& s = engine.runner().kv_shape();
+  const int64_t block_exact = s.n_layers * s.n_kv_heads * s.block_size * s.head_dim * 2;
+  const std::string metrics = engine.metrics().render_prometheus();
+  const size_t at = metrics.find("\nember_kv_side_bytes ");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  const double side = std::stod(metrics.substr(at + 21));
+  EXPECT_GT(side, 0);
+  EXPECT_EQ(static_cast<int64_t>(side) % block_exact, 0);
+  EXPECT_EQ(static_cast<int64_t>(side), engine.runner().kv_side_bytes());
 }
 
 // The engine spills its cached blocks and the RAM tier to disk when it ends; a new engine on the

@@ -51,6 +51,10 @@ class HostKvStorage : public KvStorage {
   int64_t exact_rows_cap() const { return 64 + shape().n_blocks / 64; }
   int64_t k_blocks_with_exact_rows() const { return static_cast<int64_t>(k_staged_.size()); }
   int64_t k_restaged() const { return k_restaged_; }
+  int64_t side_bytes() const override {
+    const KvShape& s = shape();
+    return k_blocks_with_exact_rows() * s.n_layers * s.n_kv_heads * s.block_size * s.head_dim * 2;
+  }
 
  private:
   int64_t exact_index(int64_t layer, int64_t slot, int64_t kv_head) const {
