@@ -102,6 +102,11 @@ struct KvShape {
     return n_layers * n_kv_heads * (k_row_bytes() + v_row_bytes());
   }
   int64_t bytes_per_block() const { return bytes_per_token() * block_size; }
+  // Per-channel K: the exact rows (f16) of one block, every layer and kv head, which the storage
+  // keeps beside the pool while the block is written (0 for other caches).
+  int64_t k_exact_bytes_per_block() const {
+    return k_channel_scales ? n_layers * n_kv_heads * block_size * head_dim * 2 : 0;
+  }
   // "q8_0", or "q8_0/f16" when K and V differ; "q4_0c" names a K cache with per-channel scales.
   std::string dtype_label() const;
 };

@@ -32,6 +32,11 @@ int64_t kv_channel_row_bytes(int64_t head_dim, int64_t block_size);
 // Why a K cache of `k_dtype` cannot use per-channel blocks of this shape ("" when it can): only
 // q4_0 K, head_dim a multiple of 8, at least 2 tokens per block.
 std::string kv_channel_problem(DType k_dtype, int64_t head_dim, int64_t block_size);
+// Blocks of a pool of n_blocks whose exact K rows (f16) a storage keeps beyond those written in the
+// last two steps (the least recently written go first).
+inline int64_t kv_channel_exact_blocks_cap(int64_t n_blocks) {
+  return 64 + n_blocks / 64;
+}
 
 // Seals one region: the exact rows [block_size, head_dim] (f16) quantized per channel.
 void kv_channel_quantize(const uint16_t* rows, int64_t head_dim, int64_t block_size,

@@ -121,25 +121,34 @@ int64_t available_memory() {
   return 0;
 }
 
+// What a KV pool costs beside the weights (model_runner.h): its blocks, a window pool, the exact
+// rows of per-channel K, and a draft model's own pool and weights.
+KvPoolCosts serve_pool_costs(const LoadedModel& model, const EngineOptions& eo,
+                             const SpeculativeOptions& spec) {
+  KvPoolCosts costs = kv_pool_costs(model.weights, eo);
+  if (spec.uses_draft()) {
+    // --draft / --draft-dtype: weights of its own; --draft-layers alone: the model's first layers.
+    add_draft_pool_costs(spec.draft != nullptr ? *spec.draft : model.weights, spec.draft_layers,
+                         spec.draft != nullptr, eo, costs);
+  }
+  return costs;
+}
+
 // How many KV blocks the pool gets, and why: --kv-blocks as given; else what --mem leaves beside
 // the weights; else max-seqs x context worth, capped at half the memory available now (a small
 // model must not reserve gigabytes it will never use, nor a large one more than the machine has).
+// Beside the pool's own blocks the budget pays for what grows with it (serve_pool_costs).
 int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const EngineOptions& eo,
-                       std::string* how) {
+                       const KvPoolCosts& costs, std::string* how) {
   if (o.kv_blocks > 0) {
     *how = "--kv-blocks";
     return o.kv_blocks;
   }
   const ModelConfig& c = model.weights.config;
-  // A block's bytes in the main pool (the global layers' only when Gemma's sliding layers have a
-  // pool of their own, whose size is set apart first).
-  const KvPoolCosts costs = kv_pool_costs(model.weights, eo);
-  const int64_t per_block = costs.block_bytes;
-  const int64_t window_pool = costs.window_blocks * costs.window_block_bytes;
   const int64_t weights = model.weights.matrix_bytes();
   if (!o.mem.empty()) {
     const int64_t budget = parse_byte_size(o.mem);
-    const int64_t blocks = (budget - weights - window_pool) / per_block;
+    const int64_t blocks = costs.blocks_within(budget - weights);
     if (blocks < 1) {
       throw Error::invalid_request("--mem", "--mem " + o.mem +
                                                 " leaves no room for the KV cache "
@@ -156,7 +165,7 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
   // the cache alone (a model larger than that still gets a pool).
   const int64_t available = available_memory();
   const int64_t cap =
-      available > 0 ? std::max<int64_t>(1, (available / 2 - window_pool) / per_block) : wanted;
+      available > 0 ? std::max<int64_t>(1, costs.blocks_within(available / 2)) : wanted;
   *how = wanted <= cap ? "max-seqs x context" : "half the available memory";
   return std::min(wanted, cap);
 }
@@ -165,7 +174,8 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
 // sequences of the full context, beside the weights (no bandwidth probe: it would delay startup;
 // `ember inspect --plan` measures it).
 void print_serve_plan(const LoadedModel& model, const AsyncEngine& engine,
-                      const AsyncEngineOptions& so, const ServeOptions& o) {
+                      const AsyncEngineOptions& so, const ServeOptions& o,
+                      const KvPoolCosts& costs) {
   CapacityPlanInput in = capacity_input(model.weights.config, engine.engine().max_context(),
                                         o.max_seqs, so.engine.engine.kv_dtype);
   in.kv_dtype_v = so.engine.engine.kv_dtype_of_v();
@@ -179,6 +189,31 @@ void print_serve_plan(const LoadedModel& model, const AsyncEngine& engine,
                format_bytes(static_cast<double>(in.weight_bytes)).c_str(),
                format_bytes(p.kv_bytes_per_token).c_str(), static_cast<long long>(in.batch),
                static_cast<long long>(p.resident_tokens), format_bytes(p.kv_bytes_total).c_str());
+  // What the pool's blocks bring along beside it (counted in the sizing above).
+  const int64_t n = engine.engine().kv().n_blocks();
+  const int64_t exact_cap = kv_channel_exact_blocks_cap(n);
+  const int64_t exact =
+      exact_cap * (costs.exact_block_bytes + costs.draft_exact_block_bytes) +
+      (costs.window_exact_block_bytes > 0
+           ? kv_channel_exact_blocks_cap(costs.window_blocks) * costs.window_exact_block_bytes
+           : 0);
+  if (exact > 0) {
+    std::fprintf(stderr,
+                 "[ember] plan: per-channel K keeps the exact rows of the blocks being written "
+                 "and of up to %lld others beside the pool: up to %s\n",
+                 static_cast<long long>(exact_cap),
+                 format_bytes(static_cast<double>(exact)).c_str());
+  }
+  if (costs.draft_block_bytes > 0) {
+    std::fprintf(
+        stderr, "[ember] plan: the draft's own KV pool: %lld blocks, %s%s\n",
+        static_cast<long long>(n),
+        format_bytes(static_cast<double>(n * costs.draft_block_bytes)).c_str(),
+        costs.draft_weight_bytes > 0
+            ? ("; its weights " + format_bytes(static_cast<double>(costs.draft_weight_bytes)))
+                  .c_str()
+            : "");
+  }
 }
 
 // The startup line: what is served and with how much cache.
@@ -282,7 +317,10 @@ int serve_command(const ServeOptions& o) {
   so.engine.scheduler.max_sequences = o.max_seqs;
   so.engine.scheduler.max_batched_tokens = o.max_batched_tokens;
   std::string kv_sizing;
-  so.engine.engine.kv_blocks = kv_pool_blocks(o, model, runner_options(so.engine), &kv_sizing);
+  const KvPoolCosts pool_costs =
+      serve_pool_costs(model, runner_options(so.engine), so.engine.speculative);
+  so.engine.engine.kv_blocks =
+      kv_pool_blocks(o, model, runner_options(so.engine), pool_costs, &kv_sizing);
   so.max_waiting = o.max_waiting;
   if (split) {
     // Every rank's pool has rank 0's block count (each sized it from its own free memory), and
@@ -362,7 +400,7 @@ int serve_command(const ServeOptions& o) {
             .c_str(),
         static_cast<long long>(window->n_blocks()));
   }
-  print_serve_plan(model, engine, so, o);
+  print_serve_plan(model, engine, so, o, pool_costs);
   std::fprintf(stderr, "listening on %s://%s:%d\n", o.ssl_cert.empty() ? "http" : "https",
                o.host.c_str(), port);
   std::fflush(stderr);

@@ -46,6 +46,15 @@ EngineOptions draft_kv_options(const EngineOptions& target, int64_t n_blocks) {
 
 }  // namespace
 
+void add_draft_pool_costs(const ModelWeights& draft, int64_t layers, bool copy,
+                          const EngineOptions& kv, KvPoolCosts& costs) {
+  const KvPoolCosts own =
+      kv_pool_costs(draft_view(draft, layers, draft.config.vocab_size), draft_kv_options(kv, 1));
+  costs.draft_block_bytes = own.block_bytes;
+  costs.draft_exact_block_bytes = own.exact_block_bytes;
+  costs.draft_weight_bytes = copy ? draft.matrix_bytes() : 0;
+}
+
 DraftProposer::DraftProposer(const ModelWeights& draft, int64_t layers, const EngineOptions& kv,
                              int64_t n_blocks, int64_t target_vocab)
     : weights_(draft_view(draft, layers, target_vocab)),

@@ -44,6 +44,12 @@ struct DraftRequest {
   std::function<int32_t(std::span<const float> logits, std::span<const int32_t> tokens)> choose;
 };
 
+// What the draft's pool costs per block (its layers, the target's cache options `kv`, every layer
+// in one pool) and, for a draft with weights of its own (`copy`), those weights: the draft_* fields
+// of KvPoolCosts. `layers`: as DraftProposer's.
+void add_draft_pool_costs(const ModelWeights& draft, int64_t layers, bool copy,
+                          const EngineOptions& kv, KvPoolCosts& costs);
+
 class DraftProposer {
  public:
   // `draft`: the draft's weights (cut to `layers` layers when > 0); must outlive the proposer.

@@ -76,16 +76,39 @@ KvPoolCosts kv_pool_costs(const ModelWeights& weights, const EngineOptions& opti
   KvPoolCosts costs;
   if (!keeps_window_layers_apart(weights, options)) {
     costs.block_bytes = shape.bytes_per_block();
+    costs.exact_block_bytes = shape.k_exact_bytes_per_block();
     return costs;
   }
   const std::vector<bool> windowed = windowed_layers(weights.config);
   const auto n_window = static_cast<int64_t>(std::count(windowed.begin(), windowed.end(), true));
   shape.n_layers = weights.config.n_layers - n_window;
   costs.block_bytes = shape.bytes_per_block();
+  costs.exact_block_bytes = shape.k_exact_bytes_per_block();
   shape.n_layers = n_window;
   costs.window_block_bytes = shape.bytes_per_block();
+  costs.window_exact_block_bytes = shape.k_exact_bytes_per_block();
   costs.window_blocks = window_pool_wanted(options, weights.config.sliding_window);
   return costs;
+}
+
+int64_t KvPoolCosts::bytes_for(int64_t n) const {
+  return n * (block_bytes + draft_block_bytes) + window_blocks * window_block_bytes +
+         kv_channel_exact_blocks_cap(n) * (exact_block_bytes + draft_exact_block_bytes) +
+         (window_exact_block_bytes > 0
+              ? kv_channel_exact_blocks_cap(window_blocks) * window_exact_block_bytes
+              : 0) +
+         draft_weight_bytes;
+}
+
+int64_t KvPoolCosts::blocks_within(int64_t budget) const {
+  if (bytes_for(0) > budget) return 0;
+  // bytes_for grows with n: the last n that fits, by bisection.
+  int64_t lo = 0, hi = budget / std::max<int64_t>(1, block_bytes + draft_block_bytes) + 1;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (bytes_for(mid) <= budget ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 std::string EngineOptions::kv_dtype_label() const {

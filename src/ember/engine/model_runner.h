@@ -61,6 +61,23 @@ struct KvPoolCosts {
   int64_t block_bytes = 0;
   int64_t window_block_bytes = 0;
   int64_t window_blocks = 0;
+  // Per-channel K (KvShape::k_exact_bytes_per_block): one block's exact rows, kept beside the pool
+  // for the blocks being written and up to kv_channel_exact_blocks_cap(n) others.
+  int64_t exact_block_bytes = 0;
+  int64_t window_exact_block_bytes = 0;
+  // A draft model's own pool (draft_proposer.h: as many blocks as the main pool) and, when the
+  // draft is a copy of its own (not an early exit of the model), its weights; the caller that
+  // knows the draft sets them (draft_pool_costs).
+  int64_t draft_block_bytes = 0;
+  int64_t draft_exact_block_bytes = 0;
+  int64_t draft_weight_bytes = 0;
+
+  // What a main pool of n blocks costs beside the model's weights: both pools, the draft's pool
+  // and weights, and the exact rows at their bound (the blocks written in the last two steps may
+  // go past it by a step's blocks).
+  int64_t bytes_for(int64_t n_blocks) const;
+  // The most blocks n >= 0 with bytes_for(n) <= budget.
+  int64_t blocks_within(int64_t budget) const;
 };
 KvPoolCosts kv_pool_costs(const ModelWeights& weights, const EngineOptions& options);
 

@@ -48,12 +48,11 @@ class HostKvStorage : public KvStorage {
     return k_exact_[static_cast<size_t>(block)].data() + exact_index(layer, slot, kv_head);
   }
   void seal_k_blocks(int64_t layer, const Batch& batch);
-  int64_t exact_rows_cap() const { return 64 + shape().n_blocks / 64; }
+  int64_t exact_rows_cap() const { return kv_channel_exact_blocks_cap(shape().n_blocks); }
   int64_t k_blocks_with_exact_rows() const { return static_cast<int64_t>(k_staged_.size()); }
   int64_t k_restaged() const { return k_restaged_; }
   int64_t side_bytes() const override {
-    const KvShape& s = shape();
-    return k_blocks_with_exact_rows() * s.n_layers * s.n_kv_heads * s.block_size * s.head_dim * 2;
+    return k_blocks_with_exact_rows() * shape().k_exact_bytes_per_block();
   }
 
  private:
