@@ -6,6 +6,7 @@
 // AddressSanitizer (LeakSanitizer reports OpenMPI's own allocations at MPI_Init).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -46,14 +47,16 @@ std::string why_no_mpi() {
     }                                                    \
   } while (0)
 
-// `mpirun -np n ember ARGS` (ARGS already quoted), stdout and stderr captured.
-test::CommandResult mpirun_ember(int n, const std::string& args) {
+// `mpirun -np n ember ARGS` (ARGS already quoted), stdout and stderr captured; stdin from the
+// file `input` (mpirun hands it to rank 0), else none.
+test::CommandResult mpirun_ember(int n, const std::string& args, const std::string& input = "") {
   const auto dir = test::scratch_dir("mpirun");
   const auto out = dir / "out", err = dir / "err";
   const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " +
                           std::to_string(n) + " " + test::shell_quote(test::ember_binary()) + " " +
                           args + " >" + test::shell_quote(out.string()) + " 2>" +
-                          test::shell_quote(err.string());
+                          test::shell_quote(err.string()) + " <" +
+                          test::shell_quote(input.empty() ? "/dev/null" : input);
   test::CommandResult r;
   const int status = std::system(cmd.c_str());
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -256,6 +259,38 @@ TEST(CliTensorParallel, MistakesAreOneErrorOnEveryRank) {
   r = test::run_ember("serve -m " + test::shell_quote(model.string()) + " --tp 2");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("start it with mpirun -np 2"), std::string::npos) << r.err;
+}
+
+// chat --tp 2 and --pp 2: the terminal is rank 0's, which runs the chat and sends each step to
+// rank 1 (as serve does). Three turns with a /reset between (the session's cache reused, then
+// dropped) give one process's greedy replies, and rank 1 is stopped when the chat ends.
+TEST(CliTensorParallel, ChatSplitRepliesAsOneProcess) {
+  EMBER_REQUIRE_MPI();
+  const auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const auto input = test::scratch_dir("tp-chat") / "turns.txt";
+  {
+    std::ofstream turns(input);
+    turns << "Hello there\nTell me a story\n/reset\nOnce upon a time\n/exit\n";
+  }
+  const std::string chat = "chat -m " + test::shell_quote(model.string()) + " -t 1 --temp 0 -n 16";
+  std::string one;
+  ASSERT_EQ(test::run_shell(test::shell_quote(test::ember_binary()) + " " + chat + " <" +
+                                test::shell_quote(input.string()) + " 2>/dev/null",
+                            &one),
+            0)
+      << one;
+  ASSERT_EQ(std::count(one.begin(), one.end(), '\n'), 3) << "three replies: " << one;
+  for (const char* flags : {"--tp 2", "--pp 2"}) {
+    SCOPED_TRACE(flags);
+    const auto r = mpirun_ember(2, chat + " " + flags, input.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, one) << "only rank 0 prints, and it prints the same replies";
+    // Turn 2 reuses turn 1's cache; after /reset (which counts as turn 3) nothing is reused.
+    EXPECT_NE(r.err.find("turn 2: 32 prompt tokens, 5 reused"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("turn 4: 5 prompt tokens, 0 reused"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("rank 1: rank 0 stopped the chat after"), std::string::npos) << r.err;
+  }
 }
 
 // serve --tp 2 and --pp 2 under mpirun: rank 0 serves, schedules and samples, rank 1 runs the

@@ -1,7 +1,8 @@
 // `ember chat`: an interactive conversation. Each turn renders the whole conversation through the
 // chat template and runs it as one request of the engine's session for this chat: the session keeps
 // the conversation's K/V between turns, so a turn prefills only from the first token where the
-// re-rendered conversation differs from what is cached.
+// re-rendered conversation differs from what is cached. Under --tp/--pp (mpirun) rank 0 holds the
+// terminal and the others follow its steps (rank_follower.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -10,8 +11,11 @@
 #include <memory>
 
 #include "ember/cli/commands.h"
+#include "ember/cli/rank_follower.h"
 #include "ember/core/error.h"
 #include "ember/engine/llm_engine.h"
+#include "ember/parallel/communicator.h"
+#include "ember/parallel/step_mirror.h"
 #include "ember/tokenizer/chat_template.h"
 
 namespace ember::cli {
@@ -78,18 +82,26 @@ std::string chat_turn(LLMEngine& engine, const Tokenizer& tok, const ChatTemplat
 }
 
 int chat_command(const ChatOptions& o) {
-  if (o.model.tp != 1 || o.model.pp != 1) {
-    throw Error::invalid_request("--tp",
-                                 "chat --tp is not built yet (mpirun gives the terminal "
-                                 "to rank 0 only; run, score and bench take it)");
-  }
-  LoadedModel model = load_model(o.model.load_options(/*need_tokenizer=*/true));
+  // --tp/--pp: mpirun gives the terminal to rank 0 only, so rank 0 runs the chat and sends each
+  // step to the other ranks, which run their share of it (rank_follower.h), as under serve.
+  const bool split = o.model.tp != 1 || o.model.pp != 1;
+  LoadedModel model = o.model.load(/*need_tokenizer=*/true);
   const Tokenizer& tok = *model.tokenizer;
   ChatTemplate chat_template =
       ChatTemplate::resolve(o.template_name, model.checkpoint.path, model.checkpoint.gguf.get());
   const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
   LLMEngineOptions eo = o.model.engine_options(draft.get());
   eo.scheduler.max_batched_tokens = 4096;
+  if (split) {
+    // Collectives every rank takes part in come first: the sampling seed (rank 0's, drawn once
+    // here and kept for every turn) and the pool size.
+    (void)o.sampling.params();
+    eo.engine.kv_blocks = parallel::rank0_value(eo.engine.kv_blocks);
+    if (!parallel::is_first_rank()) return follow_rank0(model, eo, "the chat");
+    mirror_steps_to_followers(eo);
+  }
+  // Once the engine has stopped (declared before it, so destroyed after): the followers' stop.
+  StopFollowers stop_followers{split};
   LLMEngine engine(model.weights, &tok, eo);
   const bool interactive = isatty(STDIN_FILENO) != 0;
   std::fprintf(stderr, "[ember] chat with %s (template %s); end with EOF or /exit, /reset clears\n",

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ember/cli/commands.h"
+#include "ember/cli/rank_follower.h"
 #include "ember/core/error.h"
 #include "ember/engine/async_engine.h"
 #include "ember/kv/capacity_plan.h"
@@ -254,27 +255,6 @@ void check_parallel_serve(const ServeOptions& o) {
   if (o.offload.parsed().enabled()) refuse("--kv-offload-* (the tiers copy rank 0's blocks only)");
 }
 
-// A rank other than 0 under serve --tp/--pp: its part of the model and a KV pool like rank 0's,
-// running each step rank 0 sends until it says the server stopped.
-int follow_rank0(const LoadedModel& model, const AsyncEngineOptions& so) {
-  ModelRunner runner(model.weights, runner_options(so.engine));
-  Batch batch;
-  std::vector<int32_t> tables;
-  int64_t steps = 0;
-  for (; parallel::receive_step(batch, tables); ++steps) runner.run(batch);
-  std::fprintf(stderr, "[ember] rank %d: rank 0 stopped serving after %lld steps\n",
-               parallel::world().rank(), static_cast<long long>(steps));
-  return 0;
-}
-
-// Sends the followers' stop when serve returns normally (after an error, main ends every rank).
-struct StopFollowers {
-  bool active = false;
-  ~StopFollowers() {
-    if (active && std::uncaught_exceptions() == 0) parallel::send_stop();
-  }
-};
-
 int serve_command(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) throw Error("--port must be between 0 and 65535");
   if (o.max_seqs < 1) throw Error("--max-seqs must be at least 1");
@@ -326,9 +306,8 @@ int serve_command(const ServeOptions& o) {
     // Every rank's pool has rank 0's block count (each sized it from its own free memory), and
     // the ranks but 0 run the steps rank 0 sends them until the server stops.
     so.engine.engine.kv_blocks = parallel::rank0_value(so.engine.engine.kv_blocks);
-    if (!parallel::is_first_rank()) return follow_rank0(model, so);
-    const int64_t block_size = so.engine.engine.block_size;
-    so.engine.before_forward = [block_size](const Batch& b) { parallel::send_step(b, block_size); };
+    if (!parallel::is_first_rank()) return follow_rank0(model, so.engine, "serving");
+    mirror_steps_to_followers(so.engine);
   }
   // Once the engine has stopped (declared before it, so destroyed after): the followers' stop.
   StopFollowers stop_followers{split};

@@ -47,12 +47,12 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--tp", o.tp,
                  "Tensor parallelism: this process is one of N ranks started by mpirun -np N "
                  "(heads and FFN rows split over them, two all-reduces per layer; run, score, "
-                 "bench, serve)")
+                 "bench, serve, chat)")
       ->capture_default_str();
   app.add_option("--pp", o.pp,
                  "Pipeline parallelism: this process is one of N stages started by mpirun -np N "
                  "(consecutive layers on each; the hidden states handed on, the last stage's "
-                 "logits sent to all; run, score, bench, serve)")
+                 "logits sent to all; run, score, bench, serve, chat)")
       ->capture_default_str();
   app.add_option("--pp-micro-batches", o.pp_micro_batches,
                  "With --pp: cut a step of many tokens (a prompt) into up to N micro-batches so "
