@@ -266,12 +266,12 @@ EMBER_AVX2 void convert_panel(const WeightMatrix& wm, int64_t row0, const uint8_
   }
 }
 
-// T > 4: panels of 24 weight rows. f16/bf16 panels are converted (q8_0/q4_0 panels dequantized,
-// T >= 16 only) to f32 once per call and then serve all T tokens from L2 (the conversion is paid
-// once per >= 5 tokens); f32 rows are used in place (prefetched a tile ahead on their first
-// pass). T >= 16 (x grouped): panel_lanes. T < 16: token blocks keep the activations in use within
-// ~128 KiB (L2) however long K is, and each 4-row tile stays in L1 while all token groups of the
-// block pass it.
+// Panels of 24 weight rows: T >= 16 for every dtype, and f32 from T = 5 on (f16/bf16 below 16
+// tokens: matmul_token_chunks). f16/bf16 panels are converted (q8_0/q4_0 panels dequantized) to
+// f32 once per call and then serve all T tokens from L2; f32 rows are used in place (prefetched a
+// tile ahead on their first pass). T >= 16 (x grouped): panel_lanes. T < 16: token blocks keep the
+// activations in use within ~128 KiB (L2) however long K is, and each 4-row tile stays in L1 while
+// all token groups of the block pass it.
 template <DType kDtype>
 EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const WeightMatrix& w,
                               float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
@@ -381,6 +381,52 @@ EMBER_AVX2 void matmul_few_tokens(const float* x, int64_t ldx, const WeightMatri
   for (; n < row_end; ++n) tile<kDtype, 1, NT>(x, ldx, K, base + n * rb, rb, y + n, ldy, nullptr);
 }
 
+// 5 <= T < 16 f16 / bf16 tokens (speculative verification, small batches): each 3-row tile of raw
+// weight rows runs against the tokens in chunks of up to 4, so the rows come from memory once (the
+// first chunk's pass, which prefetches ahead) and from L1 for the other chunks, each widening them
+// again in registers. The panel path converts the rows to an f32 panel first: writing and reading
+// back 4 bytes per weight cost more than the widening it saves below 16 tokens (SmolLM2-shaped
+// bf16: a 5-token step took 2.6x a 1-token step, 4 tokens 1.6x). Same tile kernels as T <= 4, so
+// every output has the same bits as there.
+template <DType kDtype>
+EMBER_AVX2 void matmul_token_chunks(const float* x, int64_t ldx, int64_t T, const WeightMatrix& w,
+                                    float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+  constexpr int R = 3;
+  const int64_t K = w.n_cols;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t rb = w.row_bytes;
+  constexpr int64_t kStep = kDtype == DType::BF16 ? 16 : 8;
+  const int64_t steps = (K + kStep - 1) / kStep;
+  const auto run_chunks = [&]<int kRows>(int64_t n, LinePrefetcher* prefetch) EMBER_AVX2_LAMBDA {
+    for (int64_t t = 0; t < T; t += 4) {
+      const float* xt = x + t * ldx;
+      float* yt = y + t * ldy + n;
+      const uint8_t* wn = base + n * rb;
+      LinePrefetcher* pf = t == 0 ? prefetch : nullptr;
+      switch (std::min<int64_t>(4, T - t)) {
+        case 1:
+          tile<kDtype, kRows, 1>(xt, ldx, K, wn, rb, yt, ldy, pf);
+          break;
+        case 2:
+          tile<kDtype, kRows, 2>(xt, ldx, K, wn, rb, yt, ldy, pf);
+          break;
+        case 3:
+          tile<kDtype, kRows, 3>(xt, ldx, K, wn, rb, yt, ldy, pf);
+          break;
+        default:
+          tile<kDtype, kRows, 4>(xt, ldx, K, wn, rb, yt, ldy, pf);
+          break;
+      }
+    }
+  };
+  int64_t n = row_begin;
+  for (; n + R <= row_end; n += R) {
+    auto prefetch = LinePrefetcher::ahead(base + n * rb, R * rb, base + row_end * rb, steps);
+    run_chunks.template operator()<R>(n, &prefetch);
+  }
+  for (; n < row_end; ++n) run_chunks.template operator()<1>(n, nullptr);
+}
+
 // x: activations in the kernel's layout (de-interleaved for bf16), ldx floats per token.
 template <DType kDtype>
 EMBER_AVX2 void matmul_dtype(const float* x, int64_t ldx, int64_t T, const WeightMatrix& w,
@@ -395,6 +441,9 @@ EMBER_AVX2 void matmul_dtype(const float* x, int64_t ldx, int64_t T, const Weigh
     case 4:
       return matmul_few_tokens<kDtype, 4>(x, ldx, w, y, ldy, row_begin, row_end);
     default:
+      if (kDtype != DType::F32 && T < kGemmMinTokens) {
+        return matmul_token_chunks<kDtype>(x, ldx, T, w, y, ldy, row_begin, row_end);
+      }
       return matmul_panels<kDtype>(x, ldx, T, w, y, ldy, row_begin, row_end);
   }
 }

@@ -63,7 +63,7 @@ TEST(KernelsMatmul, MatchesReferenceEveryDtypeAndIsa) {
     IsaScope scope(isa);
     for (DType dtype : kAllDtypes) {
       for (int64_t K : test_ks(dtype)) {
-        for (int64_t T : {1, 3, 4, 17, 24, 29, 70}) {  // >= 16: the token-group GEMM
+        for (int64_t T : {1, 3, 4, 6, 11, 17, 24, 29, 70}) {  // >= 16: the token-group GEMM
           SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
                        " K=" + std::to_string(K) + " T=" + std::to_string(T));
           auto wv = random_floats(N * K, 1000 + static_cast<uint32_t>(K));
@@ -150,7 +150,7 @@ TEST(KernelsMatmul, BatchRowsMatchSingleTokenBitExactly) {
     for (DType dtype : kAllDtypes) {
       const int64_t K = dtype_is_quantized(dtype) ? 64 : 67;
       auto w = make_weights(random_floats(N * K, 11), N, K, dtype);
-      for (int64_t T : {2, 3, 4, 5, 9}) {
+      for (int64_t T : {2, 3, 4, 5, 6, 7, 9, 15}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dtype) +
                      " T=" + std::to_string(T));
         auto x = random_floats(T * K, 12);
