@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ember/backend/cpu/avx2_attention_group.h"
 #include "ember/backend/cpu/avx2_kv_rows.h"
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/kernels_isa.h"
@@ -80,12 +81,6 @@ EMBER_AVX2_INLINE void key_partials(const float* q, const float* k, int64_t stri
       a[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * stride + d, mask), a[i]);
     }
   }
-}
-
-// hadd(a0, a1) = [a0 pairs, a1 pairs] per 128-bit half; two levels give, per half, the partial
-// sums of 4 keys in order; adding the halves completes them.
-EMBER_AVX2_INLINE __m256 hadd_tree4(const __m256* a) {
-  return _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
 }
 
 // q . k_i for 4 keys at once, reduced together instead of by four separate horizontal sums.
@@ -214,126 +209,6 @@ EMBER_AVX2_INLINE void step_scores(const float* q, const float* const* blocks, i
     for (; i < nb; ++i) sb[i] = dot(q, kb + i * row_stride, hd, hd_mask) * scale;
   }
   for (int64_t i = n; i < n_pad; ++i) s[i] = -INFINITY;
-}
-
-// --- Grouped path: the G query heads of a kv head together (hd % 8 == 0, G <= 3) ---------------
-// Each K/V chunk is loaded once for all G heads (and, from an f16 cache read by one token, widened
-// in registers: no scratch pass). Per (head, key) the FMAs and reductions are those of dot4 /
-// accumulate_pv above, so the bits are the same as the per-head path's.
-
-// dot() for hd % 8 == 0 and either row type: the same accumulators and order.
-template <typename Elem>
-EMBER_AVX2_INLINE float dot_row(const float* q, const Elem* k, int64_t hd) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 16 <= hd; d += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load_kv8(k, d), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load_kv8(k, d + 8), a1);
-  }
-  if (d < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load_kv8(k, d), a0);
-  return hsum(_mm256_add_ps(a0, a1));
-}
-
-// q_h . k_i for G heads (q_h = q + h * hd) x 4 keys (k + i * stride): dot4()'s partials and tree
-// per (head, key). G = 3: 12 accumulators + 3 query vectors + 1 key vector = the 16 ymm registers.
-template <int G, typename Elem>
-EMBER_AVX2_INLINE void group_dot4(const float* q, int64_t hd, const Elem* k, int64_t stride,
-                                  __m128 (&out)[G]) {
-  __m256 a[G][4];
-  zero_accumulators(a);
-  for (int64_t d = 0; d < hd; d += 8) {
-    __m256 qv[G];
-#pragma GCC unroll 4
-    for (int h = 0; h < G; ++h) qv[h] = _mm256_loadu_ps(q + h * hd + d);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      const __m256 kv = load_kv8(k + i * stride, d);
-#pragma GCC unroll 4
-      for (int h = 0; h < G; ++h) a[h][i] = _mm256_fmadd_ps(qv[h], kv, a[h][i]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int h = 0; h < G; ++h) {
-    const __m256 t = hadd_tree4(a[h]);
-    out[h] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  }
-}
-
-// step_scores() for the G heads at once: head h's scores at s + h * s_stride.
-template <int G, typename Elem>
-EMBER_AVX2_INLINE void group_step_scores(const float* q, const Elem* const* blocks, int64_t bs,
-                                         int64_t n, int64_t row_stride, int64_t hd, float scale,
-                                         int64_t n_pad, float* s, int64_t s_stride) {
-  const __m128 scale4 = _mm_set1_ps(scale);
-  for (int64_t b = 0; b * bs < n; ++b) {
-    const Elem* kb = blocks[b];
-    const int64_t nb = std::min(bs, n - b * bs);
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-      __m128 d4[G];
-      group_dot4<G>(q, hd, kb + i * row_stride, row_stride, d4);
-#pragma GCC unroll 4
-      for (int h = 0; h < G; ++h)
-        _mm_storeu_ps(s + h * s_stride + b * bs + i, _mm_mul_ps(d4[h], scale4));
-    }
-    for (; i < nb; ++i) {
-      for (int h = 0; h < G; ++h) {
-        s[h * s_stride + b * bs + i] = dot_row(q + h * hd, kb + i * row_stride, hd) * scale;
-      }
-    }
-  }
-  for (int h = 0; h < G; ++h) {
-    for (int64_t i = n; i < n_pad; ++i) s[h * s_stride + i] = -INFINITY;
-  }
-}
-
-// acc_h[d, d + 8 NV) += sum_i p_h[i] * v_i[d, d + 8 NV) for the G heads (acc_h = acc + h *
-// acc_stride, p_h = p + h * p_stride) over n rows v_i = v + i * stride: accumulate_pv()'s order.
-// G = 3, NV = 4: 12 accumulators + 3 broadcasts + 1 value vector.
-template <int G, int NV, typename Elem>
-EMBER_AVX2_INLINE void group_pv_chunk(float* acc, int64_t acc_stride, const float* p,
-                                      int64_t p_stride, const Elem* v, int64_t stride, int64_t n,
-                                      int64_t d) {
-  __m256 a[G][NV];
-#pragma GCC unroll 4
-  for (int h = 0; h < G; ++h) {
-#pragma GCC unroll 4
-    for (int c = 0; c < NV; ++c) a[h][c] = _mm256_loadu_ps(acc + h * acc_stride + d + 8 * c);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    __m256 pb[G];
-#pragma GCC unroll 4
-    for (int h = 0; h < G; ++h) pb[h] = _mm256_broadcast_ss(p + h * p_stride + i);
-    const Elem* vi = v + i * stride;
-#pragma GCC unroll 4
-    for (int c = 0; c < NV; ++c) {
-      const __m256 vv = load_kv8(vi, d + 8 * c);
-#pragma GCC unroll 4
-      for (int h = 0; h < G; ++h) a[h][c] = _mm256_fmadd_ps(pb[h], vv, a[h][c]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int h = 0; h < G; ++h) {
-#pragma GCC unroll 4
-    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + h * acc_stride + d + 8 * c, a[h][c]);
-  }
-}
-
-template <int G, typename Elem>
-EMBER_AVX2_INLINE void group_pv(float* acc, int64_t acc_stride, const float* p, int64_t p_stride,
-                                const Elem* v, int64_t stride, int64_t n, int64_t hd) {
-  int64_t d = 0;
-  for (; d + 32 <= hd; d += 32) group_pv_chunk<G, 4>(acc, acc_stride, p, p_stride, v, stride, n, d);
-  switch ((hd - d) / 8) {
-    case 3:
-      return group_pv_chunk<G, 3>(acc, acc_stride, p, p_stride, v, stride, n, d);
-    case 2:
-      return group_pv_chunk<G, 2>(acc, acc_stride, p, p_stride, v, stride, n, d);
-    case 1:
-      return group_pv_chunk<G, 1>(acc, acc_stride, p, p_stride, v, stride, n, d);
-    default:
-      return;
-  }
 }
 
 // Where a step's keys start and what the scores rule adds to scale * (q . k): keys before `first`

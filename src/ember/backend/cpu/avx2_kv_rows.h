@@ -35,9 +35,35 @@ struct Bf16 {
   uint16_t bits;
 };
 
+// The quantized row elements (a block of 32 values with one f16 scale).
+template <typename Elem>
+constexpr bool kQuantizedKvRow = std::is_same_v<Elem, BlockQ8_0> || std::is_same_v<Elem, BlockQ4_0>;
+
+// A q8_0 / q4_0 block's scale in every lane: widened once per block by the grouped kernels, not
+// once per 8 values.
+template <typename Block>
+EMBER_AVX2_INLINE __m256 kv_block_scale(const Block& b) {
+  return _mm256_set1_ps(_cvtsh_ss(b.d));
+}
+
+// Values [8c, 8c + 8) of a q8_0 / q4_0 block (c = 0..3) as f32: quants times the block's scale
+// (the product of an integer below 2^8 and an f16 value is exact in f32). q4_0: values 0..15 are
+// the low nibbles of bytes 0..15, values 16..31 the high ones.
+template <typename Block>
+EMBER_AVX2_INLINE __m256 kv_block_chunk(const Block& b, __m256 scale, int c) {
+  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * c));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale);
+  } else {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * (c % 2)));
+    __m256i q = _mm256_cvtepu8_epi32(bytes);
+    q = c < 2 ? _mm256_and_si256(q, _mm256_set1_epi32(0x0F)) : _mm256_srli_epi32(q, 4);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))), scale);
+  }
+}
+
 // 8 values of a K/V row at element d (d % 8 == 0) as f32, exactly: f32 rows as they are, f16 and
-// bf16 widened, q8_0 / q4_0 quants times their block's scale (the product of an integer below 2^8
-// and an f16 value is exact in f32).
+// bf16 widened, q8_0 / q4_0 as kv_block_chunk gives them.
 template <typename Elem>
 EMBER_AVX2_INLINE __m256 load_kv8(const Elem* row, int64_t d) {
   if constexpr (std::is_same_v<Elem, uint16_t>) {
@@ -45,20 +71,9 @@ EMBER_AVX2_INLINE __m256 load_kv8(const Elem* row, int64_t d) {
   } else if constexpr (std::is_same_v<Elem, Bf16>) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  } else if constexpr (std::is_same_v<Elem, BlockQ8_0>) {
-    const BlockQ8_0& b = row[d / kQuantBlock];
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + d % kQuantBlock));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
-                         _mm256_set1_ps(_cvtsh_ss(b.d)));
-  } else if constexpr (std::is_same_v<Elem, BlockQ4_0>) {
-    const BlockQ4_0& b = row[d / kQuantBlock];
-    const int64_t j = d % kQuantBlock;  // values j..j+7: low nibbles of bytes j.. (j < 16), else
-                                        // high nibbles of bytes j-16..
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + j % 16));
-    __m256i q = _mm256_cvtepu8_epi32(bytes);
-    q = j < 16 ? _mm256_and_si256(q, _mm256_set1_epi32(0x0F)) : _mm256_srli_epi32(q, 4);
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))),
-                         _mm256_set1_ps(_cvtsh_ss(b.d)));
+  } else if constexpr (kQuantizedKvRow<Elem>) {
+    const Elem& b = row[d / kQuantBlock];
+    return kv_block_chunk(b, kv_block_scale(b), static_cast<int>(d % kQuantBlock / 8));
   } else {
     return _mm256_loadu_ps(row + d);
   }
