@@ -193,11 +193,7 @@ void print_serve_plan(const LoadedModel& model, const AsyncEngine& engine,
   // What the pool's blocks bring along beside it (counted in the sizing above).
   const int64_t n = engine.engine().kv().n_blocks();
   const int64_t exact_cap = kv_channel_exact_blocks_cap(n);
-  const int64_t exact =
-      exact_cap * (costs.exact_block_bytes + costs.draft_exact_block_bytes) +
-      (costs.window_exact_block_bytes > 0
-           ? kv_channel_exact_blocks_cap(costs.window_blocks) * costs.window_exact_block_bytes
-           : 0);
+  const int64_t exact = costs.exact_rows_bytes(n);
   if (exact > 0) {
     std::fprintf(stderr,
                  "[ember] plan: per-channel K keeps the exact rows of the blocks being written "

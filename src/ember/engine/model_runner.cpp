@@ -91,13 +91,16 @@ KvPoolCosts kv_pool_costs(const ModelWeights& weights, const EngineOptions& opti
   return costs;
 }
 
-int64_t KvPoolCosts::bytes_for(int64_t n) const {
-  return n * (block_bytes + draft_block_bytes) + window_blocks * window_block_bytes +
-         kv_channel_exact_blocks_cap(n) * (exact_block_bytes + draft_exact_block_bytes) +
+int64_t KvPoolCosts::exact_rows_bytes(int64_t n) const {
+  return kv_channel_exact_blocks_cap(n) * (exact_block_bytes + draft_exact_block_bytes) +
          (window_exact_block_bytes > 0
               ? kv_channel_exact_blocks_cap(window_blocks) * window_exact_block_bytes
-              : 0) +
-         draft_weight_bytes;
+              : 0);
+}
+
+int64_t KvPoolCosts::bytes_for(int64_t n) const {
+  return n * (block_bytes + draft_block_bytes) + window_blocks * window_block_bytes +
+         exact_rows_bytes(n) + draft_weight_bytes;
 }
 
 int64_t KvPoolCosts::blocks_within(int64_t budget) const {

@@ -76,6 +76,9 @@ struct KvPoolCosts {
   // and weights, and the exact rows at their bound (the blocks written in the last two steps may
   // go past it by a step's blocks).
   int64_t bytes_for(int64_t n_blocks) const;
+  // The exact rows' part of bytes_for(n_blocks): the main pool's, the draft's and the window
+  // pool's at their bounds.
+  int64_t exact_rows_bytes(int64_t n_blocks) const;
   // The most blocks n >= 0 with bytes_for(n) <= budget.
   int64_t blocks_within(int64_t budget) const;
 };

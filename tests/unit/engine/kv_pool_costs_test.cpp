@@ -43,6 +43,7 @@ TEST_F(KvPoolCosts, PerChannelKCountsItsExactRowsBesideThePool) {
     const int64_t want =
         n * costs.block_bytes + kv_channel_exact_blocks_cap(n) * costs.exact_block_bytes;
     EXPECT_EQ(costs.bytes_for(n), want) << n;
+    EXPECT_EQ(costs.exact_rows_bytes(n), want - n * costs.block_bytes) << n;
     // The largest pool a budget pays for, exactly.
     EXPECT_EQ(costs.blocks_within(want), n) << n;
     EXPECT_EQ(costs.blocks_within(want - 1), n - 1) << n;
@@ -53,6 +54,7 @@ TEST_F(KvPoolCosts, PerChannelKCountsItsExactRowsBesideThePool) {
   const ember::KvPoolCosts groups = kv_pool_costs(model_->weights, eo_);
   EXPECT_EQ(groups.exact_block_bytes, 0);
   EXPECT_EQ(groups.bytes_for(1000), 1000 * groups.block_bytes);
+  EXPECT_EQ(groups.exact_rows_bytes(1000), 0);
 }
 
 TEST_F(KvPoolCosts, ADraftsPoolAndWeightsComeOutOfTheSameBudget) {
