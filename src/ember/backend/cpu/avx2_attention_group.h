@@ -65,7 +65,7 @@ EMBER_AVX2_INLINE void group_dot4(const float* q, int64_t hd, const Elem* k, int
     // Key by key within each block of 32 (hd % 32 == 0), so that a key's scale is widened once
     // per block, not once per 8 values, and one scale register is live beside the 12
     // accumulators; the queries come from L1 as FMA operands. Each accumulator still takes its
-    // FMAs in increasing d: the same bits as the loop below.
+    // FMAs in increasing d: the same bits as group_dot4_chunks.
     for (int64_t blk = 0; blk < hd / kQuantBlock; ++blk) {
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
