@@ -18,6 +18,17 @@ file(GLOB EMBER_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/ember/bac
 add_library(ember_cuda OBJECT ${EMBER_CUDA_SOURCES})
 target_include_directories(ember_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(ember_cuda PRIVATE CUDA::cudart CUDA::cublas)
+# NCCL (--tp on cuda: the partial sums' all-reduce on the GPUs) is loaded at run time
+# (nccl_group.cpp); only its header is needed here, which the CUDA toolkit ships beside its own.
+find_path(EMBER_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+if(EMBER_NCCL_INCLUDE_DIR)
+  target_include_directories(ember_cuda PRIVATE ${EMBER_NCCL_INCLUDE_DIR})
+  target_compile_definitions(ember_cuda PRIVATE EMBER_NCCL=1)
+  target_link_libraries(ember_cuda PRIVATE ${CMAKE_DL_LIBS})
+  target_link_libraries(ember_lib PUBLIC $<LINK_ONLY:${CMAKE_DL_LIBS}>)
+else()
+  message(STATUS "nccl.h not found: --tp with --backend cuda will say so")
+endif()
 target_compile_options(ember_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CXX>:${EMBER_WARNINGS}>
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)

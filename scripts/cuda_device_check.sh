@@ -5,19 +5,23 @@
 #   scripts/cuda_device_check.sh BIN_DIR FIXTURES_DIR [STAGE...]
 # BIN_DIR holds ember and ember_tests (and any shared library the machine lacks, found through
 # LD_LIBRARY_PATH=BIN_DIR/lib); FIXTURES_DIR is ../shared or a copy of the part the tests read.
-# Stages (default: all but gqa-ab, fuse-ab and profile): tests greedy bench-small bench-8b bench-batch
-# split-k gqa-ab fuse-ab server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
+# Stages (default: all but gqa-ab, fuse-ab and profile): nccl tests greedy bench-small bench-8b
+# bench-batch split-k gqa-ab fuse-ab server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
 # build-cuda/device-check in the repository); the last lines printed are the summary. Each stage
 # has a time limit, so that one hang leaves the others' results.
 set -uo pipefail
 bin=$(realpath "$1")
 fixtures=$(realpath "$2")
 shift 2
-stages=${*:-tests greedy bench-small bench-8b bench-batch split-k server}
+stages=${*:-nccl tests greedy bench-small bench-8b bench-batch split-k server}
 out=${OUT:-build-cuda/device-check}/logs
 mkdir -p "$out"
 trap 'tar -C "$out/.." -czf "$out/../logs.tgz" logs' EXIT
 export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# NCCL (loaded at run time by --tp on cuda): the toolkit's, else the one Python's CUDA wheels bring.
+nccl=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -name 'libnccl.so.2' \
+  2>/dev/null | head -1)
+[[ -n "$nccl" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
 export EMBER_FIXTURES="$fixtures"
 # The tests read their reference data (tests/reference, tests/chat_templates) from this checkout.
 export EMBER_SOURCE_DIR="$(pwd)"
@@ -31,9 +35,21 @@ summary=()
 
 has() { [[ " $stages " == *" $1 "* ]]; }
 
+if has nccl; then
+  # Tensor parallelism's partial sums on the GPU (NCCL, loaded at run time): one GPU holds one
+  # rank, so NCCL's single-rank path: a device buffer and stories260K through --tp's hooks.
+  EMBER_CUDA_GRAPH_STATS=1 timeout 120 "$bin/ember_tests" --gtest_filter='DeviceAllReduce.*' \
+    >"$out/nccl.log" 2>&1
+  rc=$?
+  grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|skipped|error|graphs:|all_reduce" "$out/nccl.log" |
+    head -30
+  summary+=("nccl ($nccl): exit $rc, $(grep -c '^\[       OK' "$out/nccl.log") ok, $(grep -c '^\[  SKIPPED' "$out/nccl.log") skipped")
+fi
+
 if has tests; then
   # Backend-parametrized tests whose fixtures are present (the rest need ../shared in full).
   filter='*BackendOps*:BackendParity*:*FamilyReference*_cuda:*FamilyZoo*_cuda:*MoeZoo*_cuda'
+  filter+=':DeviceAllReduce.*'
   # QuantZoo presets by index: q8_0, q4_k_m, q6_k (each also runs cpu and reference).
   for i in 3 13 16; do filter+=":*QuantZoo.MatchesExact*/$i"; done
   timeout 240 "$bin/ember_tests" --gtest_filter="$filter" >"$out/tests.log" 2>&1

@@ -5,6 +5,7 @@
 #include "ember/backend/cpu/cpu_backend.h"
 #include "ember/backend/reference/reference_backend.h"
 #include "ember/core/error.h"
+#include "ember/parallel/communicator.h"
 #ifdef EMBER_CUDA
 #include "ember/backend/cuda/cuda_backend.h"
 #endif
@@ -29,6 +30,10 @@ std::string KvShape::dtype_label() const {
 
 void Backend::from_host(float* data, const float* host, int64_t n) {
   std::memcpy(data, host, static_cast<size_t>(n) * sizeof(float));
+}
+
+void Backend::all_reduce_sum(float* x, int64_t n, parallel::Communicator& ranks) {
+  ranks.all_reduce_sum(x, n);
 }
 
 void Backend::matmul(const float* x, int64_t rows, std::initializer_list<const WeightMatrix*> ws,

@@ -30,6 +30,10 @@
 #include "ember/backend/weight.h"
 #include "ember/core/dtype.h"
 
+namespace ember::parallel {
+class Communicator;
+}
+
 namespace ember {
 
 struct BackendOptions {
@@ -249,6 +253,11 @@ class Backend {
                                 std::span<const float> scales, float* y) = 0;
   // x = 0, [rows, n].
   virtual void zero(float* x, int64_t rows, int64_t n) = 0;
+  // x [n floats, this backend's memory] becomes the sum of every rank's x over `ranks` (tensor
+  // parallelism's partial sums; every rank calls it in the same order). The default hands host
+  // memory to the communicator (MPI); cuda adds device memory with NCCL, in order with its other
+  // launches.
+  virtual void all_reduce_sum(float* x, int64_t n, parallel::Communicator& ranks);
 
  protected:
   // The checks embed / add_position_embeddings make in every backend: an ember::Error naming the

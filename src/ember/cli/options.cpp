@@ -28,8 +28,9 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
                  "one thread, double accumulation: the oracle, slow) or cuda (an NVIDIA GPU; "
                  "builds configured with -DEMBER_CUDA=ON)")
       ->capture_default_str();
-  app.add_option("--device", o.device, "With --backend cuda: which GPU (0-based)")
-      ->capture_default_str();
+  app.add_option("--device", o.device,
+                 "With --backend cuda: which GPU (0-based; default 0, and under --tp/--pp each "
+                 "rank its node-local rank)");
   app.add_option("-t,--threads", o.threads, "Threads (default: physical cores)");
   app.add_option("-c,--ctx", o.context, "Context length (default: min(model max, 4096))");
   app.add_option("--kv-dtype", o.kv_dtype,
@@ -170,7 +171,7 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   o.dummy_seed = dummy_seed;
   o.backend.name = backend;
   o.backend.n_threads = threads;
-  o.backend.device = device;
+  o.backend.device = device < 0 ? 0 : device;
   o.check_weights = check_weights;
   o.backend.interleave_quantized = !no_interleave;
   o.backend.copy_weights = no_mmap;
@@ -188,7 +189,9 @@ LoadedModel ModelOptions::load(bool need_tokenizer) const {
   if (!(rank_timeout > 0)) {
     throw Error::invalid_request("--rank-timeout", "--rank-timeout must be positive");
   }
-  const parallel::ParallelLayout layout = parallel::join_parallel(tp, pp, backend);
+  const parallel::ParallelLayout layout = parallel::join_parallel(tp, pp);
+  // Ranks on one host take one GPU each unless --device says which.
+  if (backend == "cuda" && device < 0) lo.backend.device = parallel::local_rank();
   lo.adapt_checkpoint = [layout](Checkpoint& c) { parallel::cut_checkpoint(c, layout); };
   LoadedModel m = load_model(lo);
   parallel::attach_parallel(m.weights, layout);

@@ -31,7 +31,7 @@ struct ModelOptions {
   bool no_mmap = false;
   std::string backend = "cpu";
   int threads = 0;
-  int device = 0;              // --device: the GPU of --backend cuda
+  int device = -1;             // --device: the GPU of --backend cuda (-1: 0, or the local rank)
   bool check_weights = false;  // --check-weights
   int64_t context = 0;
   std::string kv_dtype = "f32";

@@ -35,7 +35,11 @@ void DecoderModel::embed(const Batch& batch) {
   const int64_t T = batch.size();
   if (observer_ != nullptr) observer_->begin_step(batch);
   if (weights_.receive_hidden) {  // a later pipeline stage: the previous stage's output
-    weights_.receive_hidden(x_.data(), T * config_.d_model);
+    // Received in host memory (MPI), then into the backend's (a copy on host backends too: a
+    // step's hidden states are small next to its work).
+    host_received_.resize(static_cast<size_t>(T * config_.d_model));
+    weights_.receive_hidden(host_received_.data(), T * config_.d_model);
+    backend_.from_host(x_.data(), host_received_.data(), T * config_.d_model);
     return;
   }
   backend_.embed(weights_.embed, batch, x_.data());
@@ -130,7 +134,7 @@ void DecoderModel::whole_qk_norm_across_ranks(const LayerWeights& lw, int64_t T)
     qk_sums_[static_cast<size_t>(t)] = static_cast<float>(sq);
     qk_sums_[static_cast<size_t>(T + t)] = static_cast<float>(sk);
   }
-  weights_.reduce_partial_sums(qk_sums_.data(), 2 * T);
+  weights_.reduce_host_sums(qk_sums_.data(), 2 * T);
   // Each KV head is held by kv_head_copies ranks: the K sums counted it that many times.
   const auto q_all = static_cast<double>(qd * c.tp_ranks);
   const auto k_all = static_cast<double>(kd * c.tp_ranks / c.kv_head_copies);
@@ -224,7 +228,8 @@ void DecoderModel::mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
 std::span<const float> DecoderModel::logits(const Batch& batch) {
   const ModelConfig& c = config_;
   if (weights_.send_hidden) {  // an earlier pipeline stage: the last one computes the logits
-    weights_.send_hidden(x_.data(), batch.size() * c.d_model);
+    const int64_t n = batch.size() * c.d_model;
+    weights_.send_hidden(backend_.to_host(x_.data(), n, host_received_).data(), n);
     hidden_states_ = {};
     return {};  // ModelRunner shares the last stage's logits once the step is through
   }

@@ -99,6 +99,7 @@ class DecoderModel : public Model {
   // q/attn [T, q_dim], k/v [T, kv_dim], gate/up [T, d_ffn]; final [R, d_model], logits [R, vocab].
   Activations x_, xn_, tmp_, q_, k_, v_, attn_, gate_, up_, final_, logits_;
   std::vector<float> host_logits_;      // staging when the backend's memory is not host memory
+  std::vector<float> host_received_;    // pipeline stages: hidden states handed on or received
   std::vector<float> gathered_logits_;  // tensor parallelism: every rank's vocabulary rows
   // batch.hidden_rows after the final norm [H, d_model], and their host copy.
   Activations hidden_;

@@ -71,9 +71,12 @@ struct ModelWeights {
   std::vector<std::shared_ptr<const std::vector<uint8_t>>> owned_tensors;  // (Checkpoint's)
 
   // Tensor parallelism: these weights are one rank's shard, and the outputs of W_O and W_down
-  // [n floats, host memory] are partial sums this adds across the ranks in place. Null in one
+  // [n floats, the backend's memory] are partial sums this adds across the ranks in place
+  // (Backend::all_reduce_sum: MPI for host backends, NCCL on cuda); reduce_host_sums does the same
+  // for sums the model computed in host memory (OLMoE's whole-projection Q/K norms). Null in one
   // process.
   std::function<void(float* x, int64_t n)> reduce_partial_sums;
+  std::function<void(float* x, int64_t n)> reduce_host_sums;
   // ...and lm_head holds this rank's rows of the vocabulary (config.lm_head_rows): puts every
   // rank's logits [rows, its part] into [rows, vocab_size] (host memory).
   std::function<void(const float* mine, int64_t rows, float* all)> gather_logits;

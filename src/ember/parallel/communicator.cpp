@@ -207,6 +207,17 @@ bool launched_by_mpi() {
   return false;
 }
 
+int local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(var); v != nullptr) {
+      char* end = nullptr;
+      const long r = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && r >= 0 && r < INT_MAX) return static_cast<int>(r);
+    }
+  }
+  return 0;
+}
+
 Communicator& world() {
   std::unique_ptr<Communicator>& slot = world_slot();
   if (!slot) {

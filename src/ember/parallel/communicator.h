@@ -13,12 +13,21 @@ struct CommStats {
   int64_t all_reduces = 0;
   double bytes = 0;    // this rank's payload (n floats x 4 per call)
   double seconds = 0;  // wall time inside them, waiting for the other ranks included
+  // Of all_reduces, those a GPU backend ran on the device (NCCL, Backend::all_reduce_sum): their
+  // time is spent inside the GPU's step, not in `seconds`.
+  int64_t on_device = 0;
 };
 
 class Communicator {
  public:
   virtual ~Communicator() = default;
   const CommStats& stats() const { return stats_; }
+  // Counts an all-reduce of n floats that a backend ran on its device over these ranks.
+  void count_device_all_reduce(int64_t n) {
+    ++stats_.all_reduces;
+    ++stats_.on_device;
+    stats_.bytes += static_cast<double>(n) * sizeof(float);
+  }
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // x (n floats) becomes the sum of every rank's x, added in rank order on every rank: the same
@@ -56,6 +65,10 @@ void set_rank_timeout(double seconds);
 bool built_with_mpi();
 // Whether an MPI launcher (mpirun) started this process, as its environment says.
 bool launched_by_mpi();
+// This process's rank among the job's processes on its host, as the launcher's environment says
+// (OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, Slurm's SLURM_LOCALID); 0 when
+// none is set. Ranks on one host take one GPU each by it.
+int local_rank();
 // The processes of this job: MPI_COMM_WORLD when built with MPI and launched by mpirun, else a
 // world of one process. Made (MPI initialised) on first use; MPI is finalised at exit.
 Communicator& world();

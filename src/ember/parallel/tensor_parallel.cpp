@@ -38,6 +38,15 @@ void print_comm_stats() {
   if (!tensor_group()) return;
   const CommStats& s = tensor_group()->stats();
   if (s.all_reduces == 0) return;
+  if (s.on_device > 0) {
+    std::fprintf(stderr,
+                 "[ember] tp %d: %lld all-reduces of %.1f KiB on average on the GPUs (NCCL, "
+                 "timed within each step), %lld in host memory in %.3f s\n",
+                 tensor_group()->size(), static_cast<long long>(s.all_reduces),
+                 s.bytes / static_cast<double>(s.all_reduces) / 1024.0,
+                 static_cast<long long>(s.all_reduces - s.on_device), s.seconds);
+    return;
+  }
   std::fprintf(stderr,
                "[ember] tp %d: %lld all-reduces of %.1f KiB on average, %.1f us each, %.3f s in "
                "all (waiting for the other ranks included)\n",
@@ -68,7 +77,7 @@ void print_hand_off_stats() {
 
 }  // namespace
 
-ParallelLayout join_parallel(int tp, int pp, const std::string& backend) {
+ParallelLayout join_parallel(int tp, int pp) {
   const char* option = pp > 1 ? "--pp" : "--tp";
   const std::string flag = std::string(option) + " " + std::to_string(pp > 1 ? pp : tp);
   if (tp < 1) throw Error::invalid_request("--tp", "--tp must be at least 1");
@@ -82,10 +91,6 @@ ParallelLayout join_parallel(int tp, int pp, const std::string& backend) {
     throw Error::invalid_request(option, flag + " runs as " + std::to_string(n) +
                                              " processes: start it with mpirun -np " +
                                              std::to_string(n) + " ember ...");
-  }
-  if (backend != "cpu" && backend != "reference") {
-    throw Error::invalid_request(
-        option, flag + " with --backend " + backend + " is not built yet (cpu and reference only)");
   }
   Communicator& w = world();
   if (w.size() != n) {
@@ -104,12 +109,12 @@ void cut_checkpoint(Checkpoint& ckpt, const ParallelLayout& layout) {
   if (layout.pipeline.stages > 1) ckpt = stage_checkpoint(ckpt, layout.pipeline);
 }
 
-namespace {
-
-// Tensor parallelism's hooks: the partial sums' all-reduce, and each rank's [rows, its part of
-// the vocabulary] of logits, padded to the same size, gathered into [rows, vocab].
 void attach_tensor_sums(ModelWeights& weights, Communicator& w) {
-  weights.reduce_partial_sums = [&w](float* x, int64_t n) { w.all_reduce_sum(x, n); };
+  Backend* backend = weights.backend.get();
+  weights.reduce_partial_sums = [&w, backend](float* x, int64_t n) {
+    backend->all_reduce_sum(x, n, w);
+  };
+  weights.reduce_host_sums = [&w](float* x, int64_t n) { w.all_reduce_sum(x, n); };
   // Logits: each rank's [rows, its vocabulary part], padded to the same size, gathered.
   const int64_t vocab = weights.config.vocab_size;
   const int64_t per = vocab_rows(vocab, {0, w.size()}).count;
@@ -131,8 +136,6 @@ void attach_tensor_sums(ModelWeights& weights, Communicator& w) {
     }
   };
 }
-
-}  // namespace
 
 void attach_parallel(ModelWeights& weights, const ParallelLayout& layout) {
   Communicator& w = world();

@@ -21,10 +21,10 @@ struct ParallelLayout {
   PipelineSplit pipeline;
 };
 
-// For --tp or --pp > 1: checks that this ember has MPI, that mpirun started exactly tp x pp
-// processes and that the backend computes in host memory; returns this rank's part. Throws
-// naming the flag.
-ParallelLayout join_parallel(int tp, int pp, const std::string& backend);
+// For --tp or --pp > 1: checks that this ember has MPI and that mpirun started exactly tp x pp
+// processes; returns this rank's part. Throws naming the flag. (Any backend: host backends add
+// the partial sums with MPI, cuda with NCCL; pipeline hand-offs go through host memory.)
+ParallelLayout join_parallel(int tp, int pp);
 
 // The checkpoint cut to this rank's part (for LoadOptions::adapt_checkpoint).
 void cut_checkpoint(Checkpoint& ckpt, const ParallelLayout& layout);
@@ -35,5 +35,12 @@ void cut_checkpoint(Checkpoint& ckpt, const ParallelLayout& layout);
 // broadcast), and sends the stdout of every rank but 0 to /dev/null. Throws (on every rank) when
 // they differ.
 void attach_parallel(ModelWeights& weights, const ParallelLayout& layout);
+
+class Communicator;
+// Tensor parallelism's hooks on `weights` (attach_parallel's, for the tensor group `ranks`): the
+// partial sums' all-reduce in the backend's memory (Backend::all_reduce_sum), the host sums', and
+// each rank's [rows, its part of the vocabulary] of logits, padded to the same size, gathered into
+// [rows, vocab]. `ranks` must outlive the weights' use.
+void attach_tensor_sums(ModelWeights& weights, Communicator& ranks);
 
 }  // namespace ember::parallel

@@ -24,24 +24,7 @@ constexpr double kRelativeTolerance = 1e-4;
 // Logits of `prompt` (all rows) followed by `decode` single-token steps, greedy.
 std::vector<std::vector<float>> run_steps(const ModelWeights& weights,
                                           const std::vector<int32_t>& prompt, int decode) {
-  EngineOptions eo;
-  eo.max_context = 64;
-  test::StepEngine engine(weights, eo);
-  const auto V = static_cast<size_t>(weights.config.vocab_size);
-  std::vector<std::vector<float>> rows;
-  Sequence seq;
-  std::span<const float> z = engine.feed(seq, prompt, /*all_logits=*/true);
-  for (size_t r = 0; r < prompt.size(); ++r)
-    rows.emplace_back(z.begin() + r * V, z.begin() + (r + 1) * V);
-  for (int i = 0; i < decode; ++i) {
-    const auto& last = rows.back();
-    const auto next =
-        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-    z = engine.feed(seq, std::span<const int32_t>(&next, 1));
-    rows.emplace_back(z.begin(), z.end());
-  }
-  engine.release(seq);
-  return rows;
+  return test::greedy_step_logits(weights, prompt, decode, /*all_logits=*/true);
 }
 
 // Logits of `a` and `b` on the same model and steps: within `tolerance` of each row's largest

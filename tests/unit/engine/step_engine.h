@@ -4,6 +4,7 @@
 // LLMEngine (it schedules; tests here pick the batches themselves).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -125,5 +126,30 @@ class StepEngine {
   std::optional<KvBlockManager> window_kv_;
   Batch batch_;
 };
+
+// The logits of `prompt` (a row per token when `all_logits`, else the last token's) and then of
+// `decode` greedy steps of one token, a row each, on a fresh engine over `weights`.
+inline std::vector<std::vector<float>> greedy_step_logits(const ModelWeights& weights,
+                                                          std::span<const int32_t> prompt,
+                                                          int decode, bool all_logits) {
+  EngineOptions eo;
+  eo.max_context = 64;
+  StepEngine engine(weights, eo);
+  const auto V = static_cast<size_t>(weights.config.vocab_size);
+  std::vector<std::vector<float>> rows;
+  Sequence seq;
+  std::span<const float> z = engine.feed(seq, prompt, all_logits);
+  for (size_t r = 0; r < z.size() / V; ++r)
+    rows.emplace_back(z.begin() + r * V, z.begin() + (r + 1) * V);
+  for (int i = 0; i < decode; ++i) {
+    const auto& last = rows.back();
+    const auto next =
+        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    z = engine.feed(seq, std::span<const int32_t>(&next, 1));
+    rows.emplace_back(z.begin(), z.end());
+  }
+  engine.release(seq);
+  return rows;
+}
 
 }  // namespace ember::test

@@ -10,6 +10,7 @@
 #include "ember/core/dequantize.h"
 #include "ember/core/error.h"
 #include "ember/core/half.h"
+#include "ember/parallel/communicator.h"
 
 namespace ember::cuda {
 
@@ -298,7 +299,7 @@ void CudaBackend::flush(bool graph_ok) {
 const char* const kOpNames[] = {
     "?",        "embed",      "positions",   "rmsnorm",    "layernorm",   "add_bias", "rope",
     "store_kv", "rope_store", "attention",   "attn_tiles", "silu_mul",    "gelu_mul", "scale",
-    "softcap",  "add",        "gather_rows", "matvec",     "scatter_add", "zero"};
+    "softcap",  "add",        "gather_rows", "matvec",     "scatter_add", "zero",     "all_reduce"};
 
 void CudaBackend::run_profiled(const std::vector<std::function<void()>>& launches,
                                const std::vector<int>& ops) {

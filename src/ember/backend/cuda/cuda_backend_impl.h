@@ -19,6 +19,7 @@
 #include "ember/backend/backend.h"
 #include "ember/backend/cuda/device_batch.h"
 #include "ember/backend/cuda/kernels.h"
+#include "ember/backend/cuda/nccl_group.h"
 #include "ember/backend/cuda/step_graphs.h"
 
 namespace ember::cuda {
@@ -74,6 +75,7 @@ enum LaunchOp : int {
   kMatvec,
   kScatterAdd,
   kZero,
+  kAllReduce,
 };
 
 class CudaBackend : public Backend {
@@ -118,6 +120,7 @@ class CudaBackend : public Backend {
   void scatter_add_rows(const float* x, int64_t D, std::span<const int32_t> rows,
                         std::span<const float> scales, float* y) override;
   void zero(float* x, int64_t rows, int64_t n) override;
+  void all_reduce_sum(float* x, int64_t n, parallel::Communicator& ranks) override;
 
  protected:
   std::shared_ptr<float> allocate_activations(int64_t floats) override;
@@ -220,6 +223,10 @@ class CudaBackend : public Backend {
   // of the tensor-core tiles (f16 Q, K, P, V): to tell their rounding from a bug.
   bool use_attention_tiles_ = true;
   DeviceBuffer attention_partial_;
+  // --tp: the tensor-parallel ranks as an NCCL communicator, joined at the first all_reduce_sum
+  // (nccl_group.h); nccl_ranks_ is the host communicator it was made from.
+  std::unique_ptr<NcclGroup> nccl_;
+  const parallel::Communicator* nccl_ranks_ = nullptr;
   StepGraphs graphs_;
 };
 
