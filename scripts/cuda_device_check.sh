@@ -5,8 +5,8 @@
 #   scripts/cuda_device_check.sh BIN_DIR FIXTURES_DIR [STAGE...]
 # BIN_DIR holds ember and ember_tests (and any shared library the machine lacks, found through
 # LD_LIBRARY_PATH=BIN_DIR/lib); FIXTURES_DIR is ../shared or a copy of the part the tests read.
-# Stages (default: all but gqa-ab, fuse-ab and profile): nccl tests greedy bench-small bench-8b
-# bench-batch split-k gqa-ab fuse-ab server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
+# Stages (default: all but gqa-ab, fuse-ab, pdl-ab and profile): nccl tests greedy bench-small
+# bench-8b bench-batch split-k gqa-ab fuse-ab pdl-ab server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
 # build-cuda/device-check in the repository); the last lines printed are the summary. Each stage
 # has a time limit, so that one hang leaves the others' results.
 set -uo pipefail
@@ -145,6 +145,23 @@ if has fuse-ab; then
     EMBER_CUDA_FUSE=$f timeout 60 "$ember" bench --backend cuda -m "$smol" --dummy --dtype bf16 \
       -p 0 -n 128 -r 3 >"$out/fuse_smollm2_$f.txt" 2>&1
     summary+=("SmolLM2 decode, EMBER_CUDA_FUSE=$f: $(grep -E '^\| tg' "$out/fuse_smollm2_$f.txt" | tr -s ' ' | tr '\n' ' ')")
+  done
+fi
+
+if has pdl-ab; then
+  # Programmatic dependent launches: none, the matvec kernels (the default) and every kernel,
+  # alternating.
+  for round in 1 2; do
+    for p in 0 default all; do
+      env $([[ $p != default ]] && echo EMBER_CUDA_PDL=$p) timeout 60 "$ember" bench --backend cuda \
+        -m "$smol" --dummy --dtype bf16 -p 0 -n 128 -r 3 >"$out/pdl_smol_${p}_$round.txt" 2>&1
+      summary+=("SmolLM2 decode, EMBER_CUDA_PDL=$p: $(grep -E '^\| tg' "$out/pdl_smol_${p}_$round.txt" | tr -s ' ')")
+    done
+  done
+  for p in 0 default all; do
+    env $([[ $p != default ]] && echo EMBER_CUDA_PDL=$p) timeout 100 "$ember" bench --backend cuda \
+      -m "$llama8b" --dummy --dtype bf16 -p 0 -n 64 -r 3 --kv-dtype f16 >"$out/pdl_8b_$p.txt" 2>&1
+    summary+=("8B decode, EMBER_CUDA_PDL=$p: $(grep -E '^\| tg' "$out/pdl_8b_$p.txt" | tr -s ' ')")
   done
 fi
 

@@ -91,6 +91,8 @@ __device__ __forceinline__ void key_scores(const void* k, int64_t off, const flo
 // each K row and V row read serves the group's G heads).
 template <int kPerLane, bool F16, int G>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = a.list != nullptr ? a.list[blockIdx.x] : blockIdx.x;
   const int group = a.n_heads / a.kv.n_kv_heads;
   const int h0 = G == 1 ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y) * G;
@@ -222,6 +224,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
 // One block per (listed token, head), a thread per output element: the splits' outputs rescaled
 // to their common max and divided by the common sum.
 __global__ void merge_splits_kernel(AttentionArgs a, int splits) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = a.list != nullptr ? a.list[blockIdx.x] : blockIdx.x;
   const int h = blockIdx.y;
   const int hd = a.kv.head_dim;
@@ -245,9 +249,11 @@ __global__ void merge_splits_kernel(AttentionArgs a, int splits) {
 template <int kPerLane, int G>
 void launch_group(const AttentionArgs& a, dim3 grid, cudaStream_t s) {
   if (a.kv.f16) {
-    attention_kernel<kPerLane, true, G><<<grid, kWarps * 32, 0, s>>>(a);
+    launch_dependent("attention", false, attention_kernel<kPerLane, true, G>, grid, kWarps * 32, s,
+                     a);
   } else {
-    attention_kernel<kPerLane, false, G><<<grid, kWarps * 32, 0, s>>>(a);
+    launch_dependent("attention", false, attention_kernel<kPerLane, false, G>, grid, kWarps * 32, s,
+                     a);
   }
 }
 
@@ -361,9 +367,9 @@ void launch_attention(const DeviceKvLayer& kv, const float* q, int64_t n_heads,
   check_launch("attention");
   if (splits > 1) {
     const int threads = std::min(256, (kv.head_dim + 31) / 32 * 32);
-    merge_splits_kernel<<<dim3(static_cast<unsigned>(n_list), static_cast<unsigned>(n_heads)),
-                          threads, 0, s>>>(a, static_cast<int>(splits));
-    check_launch("attention split merge");
+    launch_dependent("attention split merge", false, merge_splits_kernel,
+                     dim3(static_cast<unsigned>(n_list), static_cast<unsigned>(n_heads)),
+                     static_cast<unsigned>(threads), s, a, static_cast<int>(splits));
   }
 }
 

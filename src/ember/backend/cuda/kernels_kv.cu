@@ -55,6 +55,8 @@ __global__ void store_kv_kernel(DeviceKvLayer kv, const float* k, const float* v
 __global__ void rope_store_kernel(float* q, float* k, const float* v, int32_t n_heads,
                                   int32_t rope_dim, const float* inv_freq, DeviceKvLayer kv,
                                   DeviceTokens b, DeviceTables tables) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y;
   const int d = threadIdx.x;
@@ -119,10 +121,9 @@ void launch_rope_store_kv(const DeviceKvLayer& kv, float* q, float* k, const flo
   if (b.n_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(b.n_tokens),
                   static_cast<unsigned>(n_heads + kv.n_kv_heads));
-  rope_store_kernel<<<grid, static_cast<unsigned>(kv.head_dim), 0, s>>>(
-      q, k, v, static_cast<int32_t>(n_heads), static_cast<int32_t>(rope_dim), inv_freq, kv, b,
-      tables);
-  check_launch("rope_store_kv");
+  launch_dependent("rope_store_kv", false, rope_store_kernel, grid,
+                   static_cast<unsigned>(kv.head_dim), s, q, k, v, static_cast<int32_t>(n_heads),
+                   static_cast<int32_t>(rope_dim), inv_freq, kv, b, tables);
 }
 
 }  // namespace ember::cuda

@@ -88,10 +88,13 @@ struct MatrixSet {
 // NORM: x is the input of an RMSNorm folded into this product (FoldedNorm): every block computes
 // each token's 1 / RMS (the same sum, in the same order, as rmsnorm_kernel) and multiplies x by it
 // and the norm's weight as it reads x; block 0 also writes the normalized rows to norm.out.
+// Launched as a programmatic dependent (launch_dependent, device_math.cuh).
 template <int KIND, int NT, bool NORM>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     matvec_kernel(const float* __restrict__ x, int64_t K, int64_t row_stride, MatrixSet set,
                   FoldedNorm norm) {
+  pdl_launch_dependents();
+  pdl_wait();
   constexpr int E = KindTraits<KIND>::kElems;
   const int lane = threadIdx.x % 32;
   float inv_rms[NT];
@@ -285,9 +288,11 @@ void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
   const int64_t K = ws[0]->n_cols;
   const unsigned threads = kWarpsPerBlock * 32;
   if (norm != nullptr) {
-    matvec_kernel<KIND, NT, true><<<blocks, threads, 0, s>>>(x, K, stride, set, folded);
+    launch_dependent("matvec", /*by_default=*/true, matvec_kernel<KIND, NT, true>, blocks, threads,
+                     s, x, K, stride, set, folded);
   } else {
-    matvec_kernel<KIND, NT, false><<<blocks, threads, 0, s>>>(x, K, stride, set, folded);
+    launch_dependent("matvec", /*by_default=*/true, matvec_kernel<KIND, NT, false>, blocks, threads,
+                     s, x, K, stride, set, folded);
   }
 }
 

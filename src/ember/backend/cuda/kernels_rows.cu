@@ -17,6 +17,8 @@ unsigned grid_for(int64_t n) {
 
 // x[t, c] = table[tokens[t], c] (or += table[positions[t], c]); grid (ceil(D / 256), T).
 __global__ void embed_kernel(WeightMatrix table, const int32_t* rows, float* x, bool add) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.y;
   const int64_t D = table.n_cols;
   const int64_t r = rows[t];
@@ -28,6 +30,8 @@ __global__ void embed_kernel(WeightMatrix table, const int32_t* rows, float* x, 
 
 // One block per row. RMSNorm: y = x / sqrt(mean(x^2) + eps) * w.
 __global__ void rmsnorm_kernel(const float* x, const float* w, float* y, int64_t D, float eps) {
+  pdl_launch_dependents();
+  pdl_wait();
   const float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
   float ss = 0.0f;
@@ -40,6 +44,8 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* y, int64_t
 // One block per row. LayerNorm with the two-pass variance (as the reference computes it).
 __global__ void layernorm_kernel(const float* x, const float* w, const float* bias, float* y,
                                  int64_t D, float eps) {
+  pdl_launch_dependents();
+  pdl_wait();
   const float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
   float s = 0.0f;
@@ -54,6 +60,8 @@ __global__ void layernorm_kernel(const float* x, const float* w, const float* bi
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t total, int64_t n) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x)
     y[i] += bias[i % n];
 }
@@ -69,11 +77,15 @@ __global__ void softcap_kernel(float* x, float cap, int64_t n) {
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     y[i] += x[i];
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const float g = gate[i];
     out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -82,6 +94,8 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
 
 // GELU, tanh form, as GPT-2 and Gemma define it; times up when given (GeGLU).
 __global__ void gelu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const float g = gate[i];
     const float gelu = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
@@ -90,6 +104,8 @@ __global__ void gelu_mul_kernel(const float* gate, const float* up, float* out, 
 }
 
 __global__ void gather_rows_kernel(const float* x, int64_t D, const int32_t* rows, float* out) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t r = blockIdx.y;
   const float* src = x + static_cast<int64_t>(rows[r]) * D;
   for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < D; c += gridDim.x * blockDim.x)
@@ -100,6 +116,8 @@ __global__ void gather_rows_kernel(const float* x, int64_t D, const int32_t* row
 // the host backends do (no atomics, the same sums every run).
 __global__ void scatter_add_rows_kernel(const float* x, int64_t D, const int32_t* rows,
                                         const float* scales, int64_t n_rows, float* y) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= D) return;
   for (int64_t r = 0; r < n_rows; ++r) {
@@ -115,37 +133,36 @@ unsigned column_blocks(int64_t D) {
 
 void launch_embed(const WeightMatrix& table, DeviceTokens b, float* x, cudaStream_t s) {
   if (b.n_tokens == 0) return;
-  embed_kernel<<<dim3(column_blocks(table.n_cols), b.n_tokens), kThreads, 0, s>>>(table, b.tokens,
-                                                                                  x, false);
-  check_launch("embed");
+  launch_dependent("embed", false, embed_kernel, dim3(column_blocks(table.n_cols), b.n_tokens),
+                   kThreads, s, table, b.tokens, x, false);
 }
 
 void launch_add_position_embeddings(const WeightMatrix& table, DeviceTokens b, float* x,
                                     cudaStream_t s) {
   if (b.n_tokens == 0) return;
-  embed_kernel<<<dim3(column_blocks(table.n_cols), b.n_tokens), kThreads, 0, s>>>(
-      table, b.positions, x, true);
-  check_launch("add_position_embeddings");
+  launch_dependent("add_position_embeddings", false, embed_kernel,
+                   dim3(column_blocks(table.n_cols), b.n_tokens), kThreads, s, table, b.positions,
+                   x, true);
 }
 
 void launch_rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps,
                     cudaStream_t s) {
   if (rows == 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, w, y, D, eps);
-  check_launch("rmsnorm");
+  launch_dependent("rmsnorm", false, rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, s, x, w,
+                   y, D, eps);
 }
 
 void launch_layernorm(const float* x, const float* w, const float* bias, float* y, int64_t rows,
                       int64_t D, float eps, cudaStream_t s) {
   if (rows == 0) return;
-  layernorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, w, bias, y, D, eps);
-  check_launch("layernorm");
+  launch_dependent("layernorm", false, layernorm_kernel, static_cast<unsigned>(rows), kThreads, s,
+                   x, w, bias, y, D, eps);
 }
 
 void launch_add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t s) {
   if (rows * n == 0) return;
-  add_bias_kernel<<<grid_for(rows * n), kThreads, 0, s>>>(y, bias, rows * n, n);
-  check_launch("add_bias");
+  launch_dependent("add_bias", false, add_bias_kernel, grid_for(rows * n), kThreads, s, y, bias,
+                   rows * n, n);
 }
 
 void launch_scale(float* x, float scale, int64_t n, cudaStream_t s) {
@@ -162,35 +179,32 @@ void launch_softcap(float* x, float cap, int64_t n, cudaStream_t s) {
 
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
-  check_launch("add");
+  launch_dependent("add", false, add_kernel, grid_for(n), kThreads, s, y, x, n);
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  silu_mul_kernel<<<grid_for(n), kThreads, 0, s>>>(gate, up, out, n);
-  check_launch("silu_mul");
+  launch_dependent("silu_mul", false, silu_mul_kernel, grid_for(n), kThreads, s, gate, up, out, n);
 }
 
 void launch_gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  gelu_mul_kernel<<<grid_for(n), kThreads, 0, s>>>(gate, up, out, n);
-  check_launch("gelu_mul");
+  launch_dependent("gelu_mul", false, gelu_mul_kernel, grid_for(n), kThreads, s, gate, up, out, n);
 }
 
 void launch_gather_rows(const float* x, int64_t D, const int32_t* rows, int64_t n_rows, float* out,
                         cudaStream_t s) {
   if (n_rows == 0) return;
-  gather_rows_kernel<<<dim3(column_blocks(D), static_cast<unsigned>(n_rows)), kThreads, 0, s>>>(
-      x, D, rows, out);
-  check_launch("gather_rows");
+  launch_dependent("gather_rows", false, gather_rows_kernel,
+                   dim3(column_blocks(D), static_cast<unsigned>(n_rows)), kThreads, s, x, D, rows,
+                   out);
 }
 
 void launch_scatter_add_rows(const float* x, int64_t D, const int32_t* rows, const float* scales,
                              int64_t n_rows, float* y, cudaStream_t s) {
   if (n_rows == 0 || D == 0) return;
-  scatter_add_rows_kernel<<<column_blocks(D), kThreads, 0, s>>>(x, D, rows, scales, n_rows, y);
-  check_launch("scatter_add_rows");
+  launch_dependent("scatter_add_rows", false, scatter_add_rows_kernel, column_blocks(D), kThreads,
+                   s, x, D, rows, scales, n_rows, y);
 }
 
 }  // namespace ember::cuda
