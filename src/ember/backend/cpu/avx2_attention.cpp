@@ -17,6 +17,7 @@
 // for all of them (kv_row_format.h gives the formats).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -32,9 +33,11 @@ namespace {
 
 // Per-thread scratch that only grows: the hot path does not allocate after the first call.
 struct AttentionScratch {
-  std::vector<float> acc;     // [group, hd_pad]
+  std::vector<float> acc;     // [rows, hd_pad]: the segment's
   std::vector<float> scores;  // [group, step_pad]
-  std::vector<float> m, l;    // [group]
+  std::vector<float> m, l;    // [rows]
+  // The segments folded so far (fold_attention_state): [rows, hd_pad], [rows], [rows].
+  std::vector<float> total_acc, total_m, total_l;
   AlignedVector<float> k, v;  // a step's narrow blocks widened: [step_keys, hd_pad]
 };
 
@@ -310,12 +313,19 @@ EMBER_AVX2_INLINE void token_step(const float* qg, const Elem* const* kb, const 
 // is fetched into L1 once for all of them; every (token, head) row keeps its own softmax state and
 // runs exactly the operations it would alone (softmax steps start at multiples of the step length,
 // whatever the token), so results do not depend on nt. G: see token_step.
+// Keys are walked in segments (attention_segment_keys), each row's softmax state folded into its
+// total at every segment's start. `keys`: the keys [begin, end) walked; `partial` non-null (nt 1,
+// `keys` one segment): the rows' unnormalised states go there ([rows][hd + 2]) instead of out.
+struct KeyRange {
+  int64_t begin = 0, end = INT64_MAX;
+};
 template <int G>
 EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_stride,
                                        int64_t n_heads, const PagedKv& kv,
                                        const int32_t* block_table, int64_t ctx0,
                                        const AttentionScores& rules, float* out, int64_t out_stride,
-                                       int64_t kv_head_begin, int64_t kv_head_end) {
+                                       int64_t kv_head_begin, int64_t kv_head_end, KeyRange keys,
+                                       float* partial) {
   thread_local AttentionScratch scratch;
   const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
   const int64_t group = n_heads / n_kv, rows = nt * group;
@@ -332,6 +342,11 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   if (static_cast<int64_t>(scratch.m.size()) < rows) {
     scratch.m.resize(static_cast<size_t>(rows));
     scratch.l.resize(static_cast<size_t>(rows));
+    scratch.total_m.resize(static_cast<size_t>(rows));
+    scratch.total_l.resize(static_cast<size_t>(rows));
+  }
+  if (static_cast<int64_t>(scratch.total_acc.size()) < rows * hd_pad) {
+    scratch.total_acc.resize(static_cast<size_t>(rows * hd_pad));
   }
   const PoolRead read = pool_read(kv, G, nt);
   if (read == PoolRead::Widened && static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
@@ -354,12 +369,33 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   // Distance between a block's consecutive f32 rows: in the pool, or in the widened scratch.
   const int64_t row_stride = read == PoolRead::Widened ? hd_pad : hd;
   StepBlocks blocks;
-
-  for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
+  // Segments start at multiples of segment_keys, a multiple of step_keys.
+  const int64_t segment_keys = attention_segment_keys(bs);
+  const int64_t walk_begin = std::max(p_start, keys.begin);
+  const int64_t walk_end = std::min(ctx_last, keys.end);
+  const auto start_segment = [&] {
     std::fill(scratch.acc.begin(), scratch.acc.begin() + rows * hd_pad, 0.0f);
     std::fill(scratch.m.begin(), scratch.m.begin() + rows, -INFINITY);
     std::fill(scratch.l.begin(), scratch.l.begin() + rows, 0.0f);
-    for (int64_t p0 = p_start; p0 < ctx_last; p0 += step_keys) {
+  };
+  const auto fold_segment = [&] {
+    for (int64_t r = 0; r < rows; ++r) {
+      fold_attention_state(scratch.total_acc.data() + r * hd_pad, &scratch.total_m[r],
+                           &scratch.total_l[r], scratch.acc.data() + r * hd_pad, scratch.m[r],
+                           scratch.l[r], hd);
+    }
+  };
+
+  for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
+    start_segment();
+    std::fill(scratch.total_acc.begin(), scratch.total_acc.begin() + rows * hd_pad, 0.0f);
+    std::fill(scratch.total_m.begin(), scratch.total_m.begin() + rows, -INFINITY);
+    std::fill(scratch.total_l.begin(), scratch.total_l.begin() + rows, 0.0f);
+    for (int64_t p0 = walk_begin; p0 < walk_end; p0 += step_keys) {
+      if (p0 % segment_keys == 0 && p0 > walk_begin) {
+        fold_segment();
+        start_segment();
+      }
       // This step's blocks for kv head g: each holds bs consecutive rows of hd values.
       const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
       for (int64_t b = 0; b < n_blocks; ++b) {
@@ -437,11 +473,21 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
                       rule, step_pad, scores, acc, m, l);
       }
     }
+    if (partial != nullptr) {  // one token, one segment: its rows' states as they are
+      for (int64_t j = 0; j < group; ++j) {
+        float* state = partial + ((g - kv_head_begin) * group + j) * (hd + 2);
+        std::copy_n(scratch.acc.data() + j * hd_pad, hd, state);
+        state[hd] = scratch.m[j];
+        state[hd + 1] = scratch.l[j];
+      }
+      continue;
+    }
+    fold_segment();
     for (int64_t u = 0; u < nt; ++u) {
       for (int64_t j = 0; j < group; ++j) {
-        const float lj = scratch.l[u * group + j];
+        const float lj = scratch.total_l[u * group + j];
         const __m256 inv = _mm256_set1_ps(lj > 0.0f ? 1.0f / lj : 0.0f);
-        const float* a = scratch.acc.data() + (u * group + j) * hd_pad;
+        const float* a = scratch.total_acc.data() + (u * group + j) * hd_pad;
         float* o = out + u * out_stride + (g * group + j) * hd;
         int64_t d = 0;
         for (; d + 8 <= hd; d += 8) {
@@ -455,19 +501,28 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   }
 }
 
+namespace {
+
+// The kernel for this GQA group size: grouped (3, 2 or 1 heads together) where head_dim % 8 == 0.
+auto group_kernel(int64_t n_heads, const PagedKv& kv) {
+  const int64_t group = n_heads / kv.n_kv_heads;
+  const bool grouped = kv.head_dim % 8 == 0;
+  return grouped && group == 3   ? attention_tokens_group<3>
+         : grouped && group == 2 ? attention_tokens_group<2>
+         : grouped && group == 1 ? attention_tokens_group<1>
+                                 : attention_tokens_group<0>;
+}
+
+}  // namespace
+
 EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
                                  const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
                                  const AttentionScores& scores, float* out, int64_t out_stride,
                                  int64_t kv_head_begin, int64_t kv_head_end) {
-  const int64_t group = n_heads / kv.n_kv_heads;
-  const bool grouped = kv.head_dim % 8 == 0;
-  auto run = grouped && group == 3   ? attention_tokens_group<3>
-             : grouped && group == 2 ? attention_tokens_group<2>
-             : grouped && group == 1 ? attention_tokens_group<1>
-                                     : attention_tokens_group<0>;
+  const auto run = group_kernel(n_heads, kv);
   if (!kv.k_channel) {
     return run(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out, out_stride,
-               kv_head_begin, kv_head_end);
+               kv_head_begin, kv_head_end, KeyRange{}, nullptr);
   }
   // Per-channel K: a token reads its own block's keys exact and earlier blocks' sealed, so the
   // tokens of one call must share a block (each token's result is the same bits either way).
@@ -476,9 +531,18 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
     int64_t e = u + 1;
     while (e < nt && (ctx0 + e - 1) / kv.block_size == block) ++e;
     run(q + u * q_stride, e - u, q_stride, n_heads, kv, block_table, ctx0 + u, scores,
-        out + u * out_stride, out_stride, kv_head_begin, kv_head_end);
+        out + u * out_stride, out_stride, kv_head_begin, kv_head_end, KeyRange{}, nullptr);
     u = e;
   }
+}
+
+EMBER_AVX2 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
+                                  const int32_t* block_table, int64_t ctx_len,
+                                  const AttentionScores& scores, int64_t kv_head, int64_t segment,
+                                  float* partial) {
+  const int64_t keys = attention_segment_keys(kv.block_size);
+  group_kernel(n_heads, kv)(q, 1, 0, n_heads, kv, block_table, ctx_len, scores, nullptr, 0, kv_head,
+                            kv_head + 1, KeyRange{segment * keys, (segment + 1) * keys}, partial);
 }
 
 }  // namespace ember::cpu::avx2

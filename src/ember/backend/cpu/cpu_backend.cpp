@@ -180,64 +180,6 @@ std::vector<ComputePeak> CpuBackend::probe_compute() {
   return measure_compute_peaks(threads_);
 }
 
-void CpuBackend::attention_untimed(const KvStorage& kv, int64_t layer, const float* q,
-                                   int64_t n_heads, const AttentionScores& scores,
-                                   const Batch& batch, float* out) {
-  const auto& cache = static_cast<const HostKvStorage&>(kv);
-  const PagedKv view = cache.layer_view(layer);
-  const int64_t T = batch.size(), qd = n_heads * view.head_dim;
-  if (view.k_rotated) {
-    // The cache holds H k: scores need H q ((H q) . (H k) = q . k).
-    q_rotated_.resize(static_cast<size_t>(T * qd));
-    for_token_rows(T, [&](int64_t b, int64_t e) {
-      std::copy(q + b * qd, q + e * qd, q_rotated_.data() + b * qd);
-      for (int64_t r = b * n_heads; r < e * n_heads; ++r) {
-        kv_rotate(q_rotated_.data() + r * view.head_dim, view.head_dim);
-      }
-    });
-    q = q_rotated_.data();
-  }
-  const auto table_of = [&](int64_t t) {
-    return block_table_of(batch.sequences[static_cast<size_t>(batch.sequence_of[t])], kv);
-  };
-  // Work items are (query tile, kv head): the tokens of a tile read each K/V block once together;
-  // splitting by kv head lets even a single decode token's heads run on several threads.
-  // A tile is up to attention_tile_tokens() consecutive tokens of one sequence, which read each K/V
-  // block once together.
-  attention_tiles_.clear();
-  const int64_t tile_tokens = attention_tile_tokens();
-  for (int64_t t = 0; t < T;) {
-    int64_t e = t + 1;
-    while (e < T && e - t < tile_tokens && batch.sequence_of[e] == batch.sequence_of[t] &&
-           batch.positions[e] == batch.positions[e - 1] + 1) {
-      ++e;
-    }
-    attention_tiles_.push_back({t, e - t});
-    t = e;
-  }
-  const int64_t n_kv = view.n_kv_heads;
-  const int64_t n_items = static_cast<int64_t>(attention_tiles_.size()) * n_kv;
-  const auto tile = [&](int64_t item) {
-    return attention_tiles_[attention_tiles_.size() - 1 - static_cast<size_t>(item / n_kv)];
-  };
-  // Items run last tile first: with causal attention the late tiles cost the most, and handing them
-  // out first keeps the threads' finishing times close.
-  threads_.parallel_for(n_items, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin; i < end;) {
-      const int64_t g0 = i % n_kv, g1 = std::min(n_kv, g0 + (end - i));
-      const auto [t, nt] = tile(i);
-      // The next call's first K/V blocks start loading while this one computes.
-      if (const int64_t next = i + (g1 - g0); next < end) {
-        const auto [next_t, next_nt] = tile(next);
-        prefetch_kv_context(view, table_of(next_t), batch.positions[next_t] + next_nt, next % n_kv);
-      }
-      attention_tokens(q + t * qd, nt, qd, n_heads, view, table_of(t), batch.positions[t] + 1,
-                       scores, out + t * qd, qd, g0, g1);
-      i += g1 - g0;
-    }
-  });
-}
-
 void CpuBackend::silu_mul(const float* gate, const float* up, float* out, int64_t rows, int64_t n) {
   for_token_rows(rows, [&](int64_t b, int64_t e) {
     cpu::silu_mul(gate + b * n, up + b * n, out + b * n, (e - b) * n);

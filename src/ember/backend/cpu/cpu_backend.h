@@ -90,6 +90,11 @@ class CpuBackend : public Backend {
                       std::span<float* const> ys);
   void attention_untimed(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
                          const AttentionScores& scores, const Batch& batch, float* out);
+  // attention_untimed's split of single tokens' long contexts into segments over the threads
+  // (cpu_backend_attention.cpp); false (nothing done) when no token's keys span two segments.
+  bool attention_by_segments(const KvStorage& kv, const PagedKv& view, const float* q,
+                             int64_t n_heads, const AttentionScores& scores, const Batch& batch,
+                             float* out);
 
   BackendOptions options_;
   ThreadPool threads_;
@@ -99,6 +104,13 @@ class CpuBackend : public Backend {
   HugePageArena arena_;
   // Attention work: (first token, token count) runs of consecutive tokens of one sequence.
   std::vector<std::pair<int64_t, int64_t>> attention_tiles_;
+  // attention_by_segments: its work items (a tile's kv head, one segment or -1 for the whole
+  // call; where its state goes in attention_partials_), the states, a head's folded total.
+  struct SegmentItem {
+    int64_t tile, kv_head, segment, partial_at;
+  };
+  std::vector<SegmentItem> attention_items_;
+  std::vector<float> attention_partials_, attention_total_;
   std::vector<float> q_rotated_;    // queries times H for a cache of rotated K (--kv-rotate)
   AlignedVector<BlockQ8Act> x_q8_;  // q8_0/q4_0 matmul input (see uses_8bit_activations)
   AlignedVector<float> x_bf16_;     // bf16 matmul input in the kernels' layout

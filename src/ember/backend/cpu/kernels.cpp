@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -36,6 +37,7 @@ constexpr KernelTable kScalarTable = {
     scalar::store_kv,
     scalar::dequantize_row,
     scalar::attention_tokens,
+    scalar::attention_segment,
     scalar::quantize_activations,
     scalar::matmul_q8,
     scalar::prepared_activation_floats,
@@ -55,6 +57,7 @@ constexpr KernelTable kAvx2Table = {
     avx2::store_kv,
     avx2::dequantize_row,
     avx2::attention_tokens,
+    avx2::attention_segment,
     avx2::quantize_activations,
     avx2::matmul_q8,
     avx2::prepared_activation_floats,
@@ -75,6 +78,7 @@ constexpr KernelTable kAvx512Table = {
     avx2::store_kv,
     avx2::dequantize_row,
     avx2::attention_tokens,
+    avx2::attention_segment,
     avx2::quantize_activations,
     avx512::matmul_q8,
     avx512::prepared_activation_floats,
@@ -95,6 +99,7 @@ constexpr KernelTable kAmxTable = {
     avx2::store_kv,
     avx2::dequantize_row,
     amx::attention_tokens,
+    avx2::attention_segment,
     avx2::quantize_activations,
     avx512::matmul_q8,
     amx::prepared_activation_floats,
@@ -333,6 +338,36 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       int64_t kv_head_begin, int64_t kv_head_end) {
   table().attention_tokens(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out, out_stride,
                            kv_head_begin, kv_head_end);
+}
+
+int64_t attention_segment_keys(int64_t block_size) {
+  // A whole number of every kernel's softmax steps (the AVX2 kernel's: whole blocks of at least
+  // 64 keys), at least 1,024 keys: long enough that a segment's fold is noise next to its keys.
+  const int64_t step = std::max<int64_t>(1, 64 / block_size) * block_size;
+  return (1024 + step - 1) / step * step;
+}
+
+void fold_attention_state(float* acc, float* m, float* l, const float* segment_acc, float segment_m,
+                          float segment_l, int64_t hd) {
+  if (segment_m == -INFINITY) return;  // the segment saw no key (behind a window, past ctx)
+  if (*m == -INFINITY) {
+    std::copy(segment_acc, segment_acc + hd, acc);
+    *m = segment_m;
+    *l = segment_l;
+    return;
+  }
+  const float top = std::max(*m, segment_m);
+  const float a = std::exp(*m - top), b = std::exp(segment_m - top);
+  for (int64_t d = 0; d < hd; ++d) acc[d] = acc[d] * a + segment_acc[d] * b;
+  *l = *l * a + segment_l * b;
+  *m = top;
+}
+
+void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
+                       const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
+                       int64_t kv_head, int64_t segment, float* partial) {
+  table().attention_segment(q, n_heads, kv, block_table, ctx_len, scores, kv_head, segment,
+                            partial);
 }
 
 void prefetch_kv_context(const PagedKv& kv, const int32_t* block_table, int64_t ctx_len,

@@ -211,6 +211,29 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       const AttentionScores& scores, float* out, int64_t out_stride,
                       int64_t kv_head_begin, int64_t kv_head_end);
 
+// Long contexts are attended in segments of attention_segment_keys(block_size) keys (about 1,024:
+// whole softmax steps of every kernel), each with an online softmax of its own, folded in order
+// (fold_attention_state). attention_tokens() walks a token's segments one after another;
+// attention_segment() computes one segment's state alone, so a caller can spread one token's
+// segments over threads ("flash decoding": a batch-1 decode step has only n_kv_heads items
+// otherwise) and fold them itself. Either way each output has the same bits.
+int64_t attention_segment_keys(int64_t block_size);
+
+// Folds one segment's state of a query head into the running one: acc [hd] unnormalised, max m,
+// denominator l (m = -inf: no key seen yet). A segment that saw no key changes nothing; folded into
+// an empty state it is copied exactly. The one definition every kernel and caller uses.
+void fold_attention_state(float* acc, float* m, float* l, const float* segment_acc, float segment_m,
+                          float segment_l, int64_t hd);
+
+// The query heads of kv head `kv_head` of ONE token (context [0, ctx_len)) over the keys of
+// segment `segment` only ([segment * S, segment * S + S), S = attention_segment_keys): their
+// unnormalised states into partial [group][hd + 2] (acc, then m, then l; group = n_heads /
+// n_kv_heads). The output of a head is then fold_attention_state over its segments in order,
+// times 1 / l (0 when l is 0).
+void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
+                       const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
+                       int64_t kv_head, int64_t segment, float* partial);
+
 // How many consecutive tokens of one sequence a caller should give attention_tokens() together:
 // 8 (the AVX2 kernel reads each K/V block once for all of them), 32 under the AMX set (whose tile
 // kernel runs tiles of 16 or more tokens; amx_kernels.h). Results of the AVX2 kernel do not depend

@@ -140,21 +140,38 @@ const float* kv_row(const uint8_t* row, DType dtype, int64_t hd, float* buf) {
   return buf;
 }
 
-void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
-                   int64_t ctx_len, const AttentionScores& scores, float* out,
-                   int64_t kv_head_begin, int64_t kv_head_end) {
+// The keys [key_begin, key_end) of one token's context for the query heads of kv heads
+// [kv_head_begin, kv_head_end), segment by segment (attention_segment_keys): each segment's online
+// softmax starts afresh and is folded into the head's total (fold_attention_state). partial null:
+// out gets the normalised heads; else the range is one segment and partial [group][hd + 2] its
+// unnormalised states.
+void attention_keys(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t* block_table,
+                    int64_t ctx_len, const AttentionScores& scores, int64_t key_begin,
+                    int64_t key_end, float* out, float* partial, int64_t kv_head_begin,
+                    int64_t kv_head_end) {
   thread_local std::vector<float> acc_buf;
   const int64_t hd = kv.head_dim;
   const int64_t group = n_heads / kv.n_kv_heads;
-  float* acc = scratch(acc_buf, 3 * hd);  // acc, then K and V rows widened from f16
+  const int64_t segment_keys = attention_segment_keys(kv.block_size);
+  // acc, then K and V rows widened from f16, then the head's folded total
+  float* acc = scratch(acc_buf, 4 * hd);
   float* k_buf = acc + hd;
   float* v_buf = acc + 2 * hd;
+  float* total = acc + 3 * hd;
+  const int64_t first = std::max(key_begin, scores.first_key(ctx_len));
+  const int64_t last = std::min(key_end, ctx_len);
   for (int64_t h = kv_head_begin * group; h < kv_head_end * group; ++h) {
     const int64_t g = h / group;
     const float* qh = q + h * hd;
-    float m = -INFINITY, l = 0.0f;
+    float m = -INFINITY, l = 0.0f, total_m = -INFINITY, total_l = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
-    for (int64_t p = scores.first_key(ctx_len); p < ctx_len; ++p) {
+    for (int64_t p = first; p < last; ++p) {
+      if (p % segment_keys == 0 && p > first) {  // a new segment: fold the last one, start afresh
+        fold_attention_state(total, &total_m, &total_l, acc, m, l, hd);
+        m = -INFINITY;
+        l = 0.0f;
+        std::fill(acc, acc + hd, 0.0f);
+      }
       const int32_t block = block_table[p / kv.block_size];
       const int64_t row = kv.row_index(block, p % kv.block_size, g);
       const float* k = kv.read_k(block, p, ctx_len - 1, g, k_buf);
@@ -171,8 +188,16 @@ void attention_one(const float* q, int64_t n_heads, const PagedKv& kv, const int
       l += e;
       for (int64_t d = 0; d < hd; ++d) acc[d] += e * v[d];
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t d = 0; d < hd; ++d) out[h * hd + d] = acc[d] * inv;
+    if (partial != nullptr) {
+      float* state = partial + (h - kv_head_begin * group) * (hd + 2);
+      std::copy(acc, acc + hd, state);
+      state[hd] = m;
+      state[hd + 1] = l;
+      continue;
+    }
+    fold_attention_state(total, &total_m, &total_l, acc, m, l, hd);
+    const float inv = total_l > 0.0f ? 1.0f / total_l : 0.0f;
+    for (int64_t d = 0; d < hd; ++d) out[h * hd + d] = total_m == -INFINITY ? 0.0f : total[d] * inv;
   }
 }
 
@@ -184,9 +209,17 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       const AttentionScores& scores, float* out, int64_t out_stride,
                       int64_t kv_head_begin, int64_t kv_head_end) {
   for (int64_t u = 0; u < nt; ++u) {
-    attention_one(q + u * q_stride, n_heads, kv, block_table, ctx0 + u, scores,
-                  out + u * out_stride, kv_head_begin, kv_head_end);
+    attention_keys(q + u * q_stride, n_heads, kv, block_table, ctx0 + u, scores, 0, ctx0 + u,
+                   out + u * out_stride, nullptr, kv_head_begin, kv_head_end);
   }
+}
+
+void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
+                       const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
+                       int64_t kv_head, int64_t segment, float* partial) {
+  const int64_t keys = attention_segment_keys(kv.block_size);
+  attention_keys(q, n_heads, kv, block_table, ctx_len, scores, segment * keys, (segment + 1) * keys,
+                 nullptr, partial, kv_head, kv_head + 1);
 }
 
 // The scalar matmul reads activations as they are: the prepared layout is a copy of x [T, K].

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ember/backend/cpu/kernels.h"
@@ -258,28 +259,32 @@ TEST(KernelsAttention, KvHeadRangesMatchWholeCallBitExactly) {
 }
 
 // A tile of consecutive query tokens (causal prefill) gives every token the bits of its own
-// single-token call, whatever the tile's length and first position.
+// single-token call, whatever the tile's length and first position; also where the tokens'
+// contexts cross from one segment of keys into the next (attention_segment_keys: 1,024 here).
 TEST(KernelsAttention, QueryTilesMatchSingleTokensBitExactly) {
-  const Case c{9, 3, 64, 16, 75};
+  const std::pair<Case, std::vector<int64_t>> cases[] = {
+      {{9, 3, 64, 16, 75}, {1, 15, 16, 40}}, {{9, 3, 64, 16, 1100}, {1018, 1024, 1025, 1090}}};
   for (Isa isa : supported_isas()) {
     for (DType dtype : kKvDtypes) {
-      IsaScope scope(isa);
-      SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype));
-      Pool p = make_pool(c, 21, dtype);
-      const int64_t qd = c.n_heads * c.head_dim;
-      for (int64_t first : {1, 15, 16, 40}) {
-        for (int64_t nt : {1, 2, 7, 8}) {
-          if (first + nt - 1 > c.ctx_len) continue;
-          auto q = random_floats(nt * qd, 22 + static_cast<uint32_t>(first));
-          std::vector<float> tiled(q.size()), single(q.size());
-          attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), first, 0.125f,
-                           tiled.data(), qd, 0, c.n_kv_heads);
-          for (int64_t u = 0; u < nt; ++u) {
-            attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), first + u, 0.125f,
-                      single.data() + u * qd);
+      for (const auto& [c, firsts] : cases) {
+        IsaScope scope(isa);
+        SCOPED_TRACE(std::string(isa_name(isa)) + " kv " + dtype_name(dtype));
+        Pool p = make_pool(c, 21, dtype);
+        const int64_t qd = c.n_heads * c.head_dim;
+        for (int64_t first : firsts) {
+          for (int64_t nt : {1, 2, 7, 8}) {
+            if (first + nt - 1 > c.ctx_len) continue;
+            auto q = random_floats(nt * qd, 22 + static_cast<uint32_t>(first));
+            std::vector<float> tiled(q.size()), single(q.size());
+            attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), first, 0.125f,
+                             tiled.data(), qd, 0, c.n_kv_heads);
+            for (int64_t u = 0; u < nt; ++u) {
+              attention(q.data() + u * qd, c.n_heads, p.kv, p.table.data(), first + u, 0.125f,
+                        single.data() + u * qd);
+            }
+            EXPECT_EQ(std::memcmp(tiled.data(), single.data(), tiled.size() * 4), 0)
+                << "first " << first << " nt " << nt;
           }
-          EXPECT_EQ(std::memcmp(tiled.data(), single.data(), tiled.size() * 4), 0)
-              << "first " << first << " nt " << nt;
         }
       }
     }
