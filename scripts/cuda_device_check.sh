@@ -18,10 +18,8 @@ out=${OUT:-build-cuda/device-check}/logs
 mkdir -p "$out"
 trap 'tar -C "$out/.." -czf "$out/../logs.tgz" logs' EXIT
 export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-# NCCL (loaded at run time by --tp on cuda): the toolkit's, else the one Python's CUDA wheels bring.
-nccl=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -name 'libnccl.so.2' \
-  2>/dev/null | head -1)
-[[ -n "$nccl" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
+# NCCL (loaded at run time by --tp on cuda, through the loader's own search): which one it finds.
+nccl=$(ldconfig -p | awk '/libnccl\.so\.2 /{print $NF; exit}')
 export EMBER_FIXTURES="$fixtures"
 # The tests read their reference data (tests/reference, tests/chat_templates) from this checkout.
 export EMBER_SOURCE_DIR="$(pwd)"
