@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -67,6 +68,17 @@ test::CommandResult mpirun_ember(int n, const std::string& args, const std::stri
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// Rank 0's count at exit of the steps launched under --pp while an earlier one was in flight;
+// -1 when the line is missing.
+int64_t steps_launched_in_flight(const std::string& err) {
+  const std::string tail = " steps launched while an earlier one was in flight";
+  const size_t end = err.find(tail);
+  if (end == std::string::npos) return -1;
+  size_t begin = end;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(err[begin - 1]))) --begin;
+  return std::stoll(err.substr(begin, end - begin));
 }
 
 // Greedy text and prompt logits of `model` in one process, then split over each of `tps`.
@@ -339,7 +351,33 @@ TEST(CliTensorParallel, ServeSplitAnswersAsOneProcess) {
     EXPECT_NE(server.log().find("server stopped"), std::string::npos) << server.log();
     EXPECT_NE(server.log().find("rank 1: rank 0 stopped serving after"), std::string::npos)
         << server.log();
+    // Under --pp the four sequences ran as two batches in flight, each stage on one while the
+    // other stage ran the other.
+    if (std::string(flags) == "--pp 2") {
+      EXPECT_GT(steps_launched_in_flight(server.log()), 0) << server.log();
+    }
   }
+}
+
+// Batches in flight when every rank runs the engine (bench): the ranks launch and collect the
+// same steps in the same order and sample the same tokens from the logits the last stage hands
+// them, over 2 and 3 stages; --pp-in-flight 1 runs each step through every stage in turn.
+TEST(CliTensorParallel, BatchesInFlightAcrossStages) {
+  EMBER_REQUIRE_MPI();
+  const std::string m =
+      "bench -m " +
+      test::shell_quote(test::fixture("models/stories260K/stories260K.gguf").string()) +
+      " -t 1 --batch 6 -p 16 -n 12 -r 1";
+  for (int stages : {2, 3}) {
+    SCOPED_TRACE(stages);
+    const auto r = mpirun_ember(stages, m + " --pp " + std::to_string(stages));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("| tg12     |     6 |"), std::string::npos) << r.out;
+    EXPECT_GT(steps_launched_in_flight(r.err), 0) << r.err;
+  }
+  const auto r = mpirun_ember(2, m + " --pp 2 --pp-in-flight 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(steps_launched_in_flight(r.err), 0) << r.err;
 }
 
 // What rank 1 cannot mirror is refused by name, on every rank, before anything is served.

@@ -78,30 +78,47 @@ void drain(LLMEngine& engine) {
   }
 }
 
-// One prefill of `n` random tokens, the first step of a one-token request; returns seconds.
+uint64_t tokens_generated(const LLMEngine& engine) {
+  return engine.metrics().generation_tokens_total;
+}
+
+// Steps until `n` more tokens than `since` have been generated. (Under --pp with steps in flight a
+// step may launch a batch and sample none.)
+void step_until_generated(LLMEngine& engine, uint64_t since, int64_t n) {
+  while (tokens_generated(engine) < since + static_cast<uint64_t>(n) && engine.step()) {
+  }
+}
+
+// One prefill of `n` random tokens up to its first token, of a one-token request; returns seconds.
 double time_prefill(LLMEngine& engine, int64_t n, std::mt19937& rng) {
+  const uint64_t before = tokens_generated(engine);
   engine.add_request(bench_request(random_tokens(n, engine.vocab_size(), rng), 1));
   const double start = now_seconds();
-  engine.step();
+  step_until_generated(engine, before, 1);
   const double elapsed = now_seconds() - start;
   drain(engine);
   return elapsed;
 }
 
 // B sequences, each started from a max(context, 1)-token prompt (prefilled together with their
-// first token sampled, untimed), then n decode steps of B tokens (greedy); seconds.
+// first token sampled, untimed), then n decode tokens each (greedy); seconds for the B x n tokens.
+// From the first tokens on, the tokens generated until every sequence is done are timed: a batch
+// launched under --pp while the last first tokens came is counted with the rest.
 double time_decode(LLMEngine& engine, int64_t batch, int64_t n, int64_t context,
                    std::mt19937& rng) {
+  const uint64_t before = tokens_generated(engine);
   for (int64_t b = 0; b < batch; ++b) {
     engine.add_request(bench_request(
         random_tokens(std::max<int64_t>(context, 1), engine.vocab_size(), rng), n + 1));
   }
-  engine.step();  // the prompts, and each sequence's first token
+  step_until_generated(engine, before, batch);  // the prompts, and each sequence's first token
+  const uint64_t first = tokens_generated(engine);
   const double start = now_seconds();
-  for (int64_t i = 0; i < n; ++i) engine.step();
-  const double elapsed = now_seconds() - start;
   drain(engine);
-  return elapsed;
+  const double elapsed = now_seconds() - start;
+  const uint64_t timed = tokens_generated(engine) - first;
+  return timed > 0 ? elapsed * static_cast<double>(batch * n) / static_cast<double>(timed)
+                   : elapsed;
 }
 
 // Time to first token for a cold P-token prompt, then for a second request sharing all of it

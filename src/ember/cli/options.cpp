@@ -61,6 +61,12 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
                  "micro-batch holds 16 tokens at least, so decode steps stay whole)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  app.add_option("--pp-in-flight", o.pp_in_flight,
+                 "With --pp: batches of sequences in flight at once, so that each stage runs one "
+                 "while the next stage runs the one before (0: one per stage; 1: off, each step "
+                 "through every stage before the next)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--rank-timeout", o.rank_timeout,
                  "With --tp/--pp: seconds a rank waits for the others in a step before the job "
                  "ends with an error (a stopped or hung rank)")
@@ -262,6 +268,7 @@ LLMEngineOptions ModelOptions::engine_options(const LoadedModel* draft_model) co
   o.speculative.draft_layers = draft_layers;
   o.engine.max_context = context;
   o.engine.pipeline_micro_batches = pp_micro_batches > 0 ? pp_micro_batches : 4 * pp;
+  o.engine.pipeline_in_flight = pp_in_flight > 0 ? pp_in_flight : pp;
   return o;
 }
 

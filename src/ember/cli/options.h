@@ -47,6 +47,7 @@ struct ModelOptions {
   int tp = 1;                    // --tp N: this process is one of N ranks (mpirun -np N)
   int pp = 1;                    // --pp N: this process is one of N pipeline stages
   int64_t pp_micro_batches = 0;  // --pp-micro-batches N: 0 is 4 per stage
+  int64_t pp_in_flight = 0;      // --pp-in-flight N: 0 is one per stage
   double rank_timeout = 120;     // --rank-timeout S: the longest wait for the other ranks
 
   void add_to(CLI::App& app, unsigned sets = 0);

@@ -14,7 +14,13 @@ int follow_rank0(const LoadedModel& model, const LLMEngineOptions& options, cons
   Batch batch;
   std::vector<int32_t> tables;
   int64_t steps = 0;
-  for (; parallel::receive_step(batch, tables); ++steps) runner.run(batch);
+  // Under --pp the runner keeps as many steps in flight as rank 0's engine does; a follower only
+  // collects the logits to free their buffers.
+  for (; parallel::receive_step(batch, tables); ++steps) {
+    if (runner.in_flight() == runner.steps_in_flight()) runner.collect();
+    runner.launch(batch);
+  }
+  while (runner.in_flight() > 0) runner.collect();
   std::fprintf(stderr, "[ember] rank %d: rank 0 stopped %s after %lld steps\n",
                parallel::world().rank(), what, static_cast<long long>(steps));
   return 0;

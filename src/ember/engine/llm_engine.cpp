@@ -288,14 +288,15 @@ std::shared_ptr<RequestStream> LLMEngine::add_request(GenerationRequest request)
 
 void LLMEngine::drop_cancelled() {
   std::vector<Sequence*> gone;
-  for (const auto& s : scheduler_.running())
-    if (s->stream->cancelled()) gone.push_back(s.get());
+  for (const auto& s : scheduler_.running())  // one with a chunk in flight: once it lands
+    if (s->stream->cancelled() && s->chunks_in_flight == 0) gone.push_back(s.get());
   for (const auto& s : scheduler_.waiting())
     if (s->stream->cancelled()) gone.push_back(s.get());
   for (Sequence* s : gone) finish(s, FinishReason::Cancelled);
 }
 
 void LLMEngine::finish_all(FinishReason reason, const std::string& error) {
+  drop_steps_in_flight();
   std::vector<Sequence*> all;
   for (const auto& s : scheduler_.running()) all.push_back(s.get());
   for (const auto& s : scheduler_.waiting()) all.push_back(s.get());
@@ -316,6 +317,7 @@ void LLMEngine::fail_unfittable(std::vector<std::unique_ptr<Sequence>>& failed) 
 }
 
 bool LLMEngine::step() {
+  if (runner_.steps_in_flight() > 1 && !speculative_.enabled()) return step_pipelined();
   drop_cancelled();
   if (scheduler_.idle()) {
     update_gauges();
@@ -380,7 +382,7 @@ void LLMEngine::build_batch(const std::vector<ScheduledChunk>& chunks) {
 }
 
 // Hands each chunk's logits rows to its sequence: prompt rows to a scoring stream, the last row to
-// the sampler. The rows follow build_batch's order. (n_cached already counts this step's tokens.)
+// the sampler. The rows follow build_batch's order.
 void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<const float> logits) {
   const auto V = static_cast<size_t>(vocab_size());
   const auto D = static_cast<size_t>(runner_.weights().config.d_model);
@@ -389,7 +391,7 @@ void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<con
   size_t hidden_row = 0;
   for (const ScheduledChunk& c : chunks) {
     Sequence& s = *c.seq;
-    const int64_t start = s.n_cached - c.n_tokens;
+    const int64_t start = c.start;
     const bool prompt_chunk = start < s.n_prompt;
     const bool all_rows = s.request.wants_prompt_logit_rows() && prompt_chunk;
     const auto n_rows =

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,10 @@ class LLMEngine {
   void end_session(int64_t session);
 
   // One schedule -> forward -> sample -> update step. Returns false when there was nothing to do.
+  // Under --pp with steps in flight (EngineOptions::pipeline_in_flight), a step launches the next
+  // batch while earlier ones are still in the later stages, and samples the oldest batch once as
+  // many are in flight as the runner takes (or nothing else can run): the running sequences are
+  // spread over the batches in flight, so each stage works on one of them at a time.
   bool step();
   bool idle() const { return scheduler_.idle(); }
   // Finishes every request in flight with `reason` (an engine failure, shutdown).
@@ -105,6 +110,17 @@ class LLMEngine {
 
  private:
   void drop_cancelled();
+  // --pp with steps in flight (llm_engine_pipelined.cpp): step() as launch and collect; a step
+  // launched and the sequences it carries, until its logits are back; drop_steps_in_flight
+  // collects and forgets them all (finish_all).
+  bool step_pipelined();
+  void launch_step(std::vector<ScheduledChunk> chunks);
+  void collect_step();
+  void drop_steps_in_flight();
+  struct StepInFlight {
+    std::vector<ScheduledChunk> chunks;
+  };
+  std::deque<StepInFlight> steps_in_flight_;
   void fail_unfittable(std::vector<std::unique_ptr<Sequence>>& failed);
   void build_batch(const std::vector<ScheduledChunk>& chunks);
   void deliver(const std::vector<ScheduledChunk>& chunks, std::span<const float> logits);

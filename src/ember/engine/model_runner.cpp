@@ -129,6 +129,9 @@ std::string EngineOptions::kv_dtype_label() const {
 ModelRunner::ModelRunner(const ModelWeights& weights, const EngineOptions& options)
     : weights_(weights),
       micro_batches_(std::max<int64_t>(1, options.pipeline_micro_batches)),
+      steps_in_flight_(weights.start_logits ? std::clamp<int64_t>(options.pipeline_in_flight, 1,
+                                                                  weights.pipeline_stages)
+                                            : 1),
       max_context_(resolve_context(weights, options)),
       window_(keeps_window_layers_apart(weights, options) ? weights.config.sliding_window : 0),
       window_blocks_(
@@ -139,16 +142,39 @@ ModelRunner::ModelRunner(const ModelWeights& weights, const EngineOptions& optio
           window_ > 0 ? windowed_layers(weights.config) : std::vector<bool>{}, window_blocks_),
       model_(make_model(weights)) {}
 
-std::span<const float> ModelRunner::run(Batch& batch) {
+void ModelRunner::launch(Batch& batch) {
+  if (in_flight() >= steps_in_flight_) {
+    throw Error("internal: a step launched with " + std::to_string(in_flight()) +
+                " steps in flight already");
+  }
   batch.finalize();
-  if (!weights_.share_logits) return model_->forward(batch, kv_);
-  return run_pipeline_stage(batch);
+  StepLogits step;
+  if (!weights_.start_logits) {
+    step.forward = model_->forward(batch, kv_);
+  } else {
+    if (!spare_.empty()) {
+      step.handed = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    launch_pipeline_stage(batch, step.handed);
+  }
+  in_flight_.push_back(std::move(step));
 }
 
-std::span<const float> ModelRunner::run_pipeline_stage(const Batch& step) {
+std::span<const float> ModelRunner::collect() {
+  if (in_flight_.empty()) throw Error("internal: logits collected with no step in flight");
+  if (collected_.handed.capacity() > 0) spare_.push_back(std::move(collected_.handed));
+  collected_ = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (!weights_.start_logits) return collected_.forward;
+  weights_.finish_logits();  // the oldest step's hand-off: this one's
+  return collected_.handed;
+}
+
+void ModelRunner::launch_pipeline_stage(const Batch& step, std::vector<float>& step_logits) {
   const int64_t V = weights_.config.vocab_size;
   const auto R = static_cast<int64_t>(step.logit_rows.size());
-  step_logits_.resize(static_cast<size_t>(R * V));
+  step_logits.resize(static_cast<size_t>(R * V));
   // The hand-offs between stages are point-to-point: this stage starts micro-batch i + 1 as soon
   // as it has handed i on, while the next stage runs i.
   const int64_t parts = std::min(micro_batches_, step.size() / kMinMicroBatchTokens);
@@ -157,11 +183,10 @@ std::span<const float> ModelRunner::run_pipeline_stage(const Batch& step) {
     if (logits.empty()) continue;
     for (size_t i = 0; i < mb.logit_index.size(); ++i) {
       std::copy_n(logits.begin() + static_cast<int64_t>(i) * V, V,
-                  step_logits_.begin() + int64_t{mb.logit_index[i]} * V);
+                  step_logits.begin() + int64_t{mb.logit_index[i]} * V);
     }
   }
-  if (R > 0) weights_.share_logits(step_logits_.data(), R * V);
-  return step_logits_;
+  weights_.start_logits(step_logits.data(), R * V);
 }
 
 }  // namespace ember

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -52,6 +53,10 @@ struct EngineOptions {
   // --pp: a step of at least 2 x kMinMicroBatchTokens tokens is cut into up to this many
   // micro-batches so that the stages overlap (micro_batches.h); 1 runs each step whole.
   int64_t pipeline_micro_batches = 1;
+  // --pp: how many steps may be in flight at once (ModelRunner::launch): with the stages' count,
+  // each stage runs a later step while the next stage runs an earlier one; 1 runs the steps one
+  // after another through every stage.
+  int64_t pipeline_in_flight = 1;
 };
 
 // What a KV pool of `options` costs for `weights` before it is allocated (serve sizes it from a
@@ -90,7 +95,22 @@ class ModelRunner {
 
   // Runs one step (finalizing the batch); returns logits [batch.logit_rows.size(), vocab] in host
   // memory, valid until the next call.
-  std::span<const float> run(Batch& batch);
+  std::span<const float> run(Batch& batch) {
+    launch(batch);
+    return collect();
+  }
+  // A step in two halves, so that under --pp a stage runs later steps while the later stages
+  // still run earlier ones: launch runs this rank's part of the step (finalizing the batch; the
+  // last stage then starts handing its logits to every stage) and collect returns the logits of
+  // the oldest step launched and not yet collected, valid until the next collect. At most
+  // steps_in_flight() steps may be launched and not collected. Every rank launches and collects
+  // the same steps in the same order.
+  void launch(Batch& batch);
+  std::span<const float> collect();
+  int64_t in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
+  // --pp with EngineOptions::pipeline_in_flight: up to that many (at most the stages' count, since
+  // more would only queue); 1 otherwise.
+  int64_t steps_in_flight() const { return steps_in_flight_; }
   // A micro-batch holds at least this many tokens: a smaller step (decode) stays whole, since each
   // micro-batch reads the stage's weights again.
   static constexpr int64_t kMinMicroBatchTokens = 16;
@@ -129,13 +149,23 @@ class ModelRunner {
   void set_observer(ForwardObserver* observer) { model_->set_observer(observer); }
 
  private:
-  // --pp: the step in micro-batches through this rank's stage, then the last stage's logits of
-  // the whole step to every stage in one broadcast.
-  std::span<const float> run_pipeline_stage(const Batch& step);
+  // --pp: the step in micro-batches through this rank's stage into `logits` ([logit rows, vocab]
+  // of the whole step, on the last stage), whose hand-off to every stage then starts.
+  void launch_pipeline_stage(const Batch& step, std::vector<float>& logits);
+
+  // A launched step's logits: the forward's own (one process) or the whole step's, which under
+  // --pp the last stage sends from and every other stage receives into.
+  struct StepLogits {
+    std::span<const float> forward;
+    std::vector<float> handed;
+  };
 
   const ModelWeights& weights_;
   int64_t micro_batches_ = 1;
-  std::vector<float> step_logits_;  // --pp: [logit rows, vocab] of the whole step
+  int64_t steps_in_flight_ = 1;
+  std::deque<StepLogits> in_flight_;       // launched, oldest first
+  StepLogits collected_;                   // the last collect's (its span points into it)
+  std::vector<std::vector<float>> spare_;  // buffers of collected steps, for the next launches
   int64_t max_context_;
   int64_t window_ = 0;
   int64_t window_blocks_ = 0;

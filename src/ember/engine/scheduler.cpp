@@ -84,48 +84,63 @@ void Scheduler::preempt(size_t index) {
   waiting_.insert(pos, std::move(victim));
 }
 
-std::vector<ScheduledChunk> Scheduler::schedule(std::vector<std::unique_ptr<Sequence>>& failed) {
+std::vector<ScheduledChunk> Scheduler::schedule(std::vector<std::unique_ptr<Sequence>>& failed,
+                                                int64_t max_chunks) {
   std::vector<ScheduledChunk> chunks;
   int64_t budget = config_.max_batched_tokens;
-  schedule_running(chunks, budget);
-  schedule_waiting(chunks, budget, failed);
+  schedule_running(chunks, budget, max_chunks);
+  schedule_waiting(chunks, budget, max_chunks, failed);
   return chunks;
+}
+
+bool Scheduler::make_room(Sequence* s, int64_t n, std::vector<ScheduledChunk>& chunks,
+                          int64_t& budget, bool& s_preempted) {
+  while (!fits(*s, s->n_cached + n)) {
+    size_t youngest = running_.size() - 1;
+    while (running_[youngest].get() != s && running_[youngest]->chunks_in_flight > 0) --youngest;
+    if (running_[youngest].get() == s) {
+      if (s->chunks_in_flight > 0) return false;  // the pool frees up as the steps in flight land
+      preempt(youngest);
+      s_preempted = true;
+      return false;
+    }
+    Sequence* victim = running_[youngest].get();
+    auto it =
+        std::find_if(chunks.begin(), chunks.end(), [&](const auto& c) { return c.seq == victim; });
+    if (it != chunks.end()) {
+      budget += it->n_tokens;
+      chunks.erase(it);
+    }
+    preempt(youngest);
+  }
+  return true;
 }
 
 // Running sequences: decoders first (one token each), then those still prefilling. When the pool
 // is short, the youngest running sequences are preempted until the current one fits.
-void Scheduler::schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& budget) {
+void Scheduler::schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& budget,
+                                 int64_t max_chunks) {
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < running_.size() && budget > 0;) {
       Sequence* s = running_[i].get();
       // A decoder's chunk is its last sampled token plus any speculative guesses.
       const bool decoding = s->pending_tokens() - s->n_draft == 1 && s->prefilled();
-      if ((pass == 0) != decoding ||
+      if ((pass == 0) != decoding || s->pending_tokens() == 0 ||
+          static_cast<int64_t>(chunks.size()) >= max_chunks ||
           std::any_of(chunks.begin(), chunks.end(), [&](const auto& c) { return c.seq == s; })) {
         ++i;
         continue;
       }
       const int64_t n = std::min(s->pending_tokens(), budget);
       bool self_preempted = false;
-      while (!fits(*s, s->n_cached + n)) {
-        const size_t youngest = running_.size() - 1;
-        if (running_[youngest].get() == s) {
-          preempt(youngest);
-          self_preempted = true;
-          break;
-        }
-        Sequence* victim = running_[youngest].get();
-        auto it = std::find_if(chunks.begin(), chunks.end(),
-                               [&](const auto& c) { return c.seq == victim; });
-        if (it != chunks.end()) {
-          budget += it->n_tokens;
-          chunks.erase(it);
-        }
-        preempt(youngest);
+      if (!make_room(s, n, chunks, budget, self_preempted)) {
+        // Preempted: s was the youngest without a chunk in flight, so nothing after it can run.
+        if (self_preempted) break;
+        ++i;  // s has a chunk in flight and no younger sequence to make room: a later step
+        continue;
       }
-      if (self_preempted) break;  // s was the youngest: nothing after it is running
       reserve(*s, s->n_cached + n);
-      chunks.push_back({s, n, n == s->pending_tokens()});
+      chunks.push_back({s, s->n_cached, n, n == s->pending_tokens()});
       budget -= n;
       ++i;
     }
@@ -134,8 +149,9 @@ void Scheduler::schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& b
 
 // Waiting sequences, first come first served, while budget, sequence slots and blocks last.
 void Scheduler::schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& budget,
+                                 int64_t max_chunks,
                                  std::vector<std::unique_ptr<Sequence>>& failed) {
-  while (!waiting_.empty() && budget > 0 &&
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(chunks.size()) < max_chunks &&
          static_cast<int64_t>(running_.size()) < config_.max_sequences) {
     Sequence* s = waiting_.front().get();
     if (!s->prefix_looked_up) {
@@ -169,7 +185,7 @@ void Scheduler::schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& b
     }
     reserve(*s, s->n_cached + n);
     s->scheduled_once = true;
-    chunks.push_back({s, n, n == s->pending_tokens()});
+    chunks.push_back({s, s->n_cached, n, n == s->pending_tokens()});
     budget -= n;
     // Keep running_ in arrival order (a preempted sequence rejoins ahead of younger ones), so
     // "youngest" is always the back.

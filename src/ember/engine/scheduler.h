@@ -7,6 +7,7 @@
 // recomputed later (its prefix may still be cached).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -35,6 +36,7 @@ struct SchedulerConfig {
 // What one sequence runs in the next step: its next n_tokens pending tokens.
 struct ScheduledChunk {
   Sequence* seq = nullptr;
+  int64_t start = 0;  // the chunk's first position (seq->n_cached when it was scheduled)
   int64_t n_tokens = 0;
   bool completes = false;  // the chunk reaches the end of seq->tokens: sample after it
 };
@@ -45,9 +47,12 @@ class Scheduler {
             bool prefix_caching);
 
   void add(std::unique_ptr<Sequence> seq);
-  // Decides the next step's chunks and reserves their blocks. Sequences that can never fit (a
-  // prompt larger than the whole pool) are moved to `failed`.
-  std::vector<ScheduledChunk> schedule(std::vector<std::unique_ptr<Sequence>>& failed);
+  // Decides the next step's chunks (of max_chunks sequences at most) and reserves their blocks.
+  // Sequences that can never fit (a prompt larger than the whole pool) are moved to `failed`.
+  // Under --pp with steps in flight (Sequence::chunks_in_flight), a sequence whose every token is
+  // on its way is not scheduled, and one with a chunk on its way is never preempted.
+  std::vector<ScheduledChunk> schedule(std::vector<std::unique_ptr<Sequence>>& failed,
+                                       int64_t max_chunks = INT64_MAX);
   // After the step ran: the chunk's tokens are in the cache (registers full blocks for the prefix
   // cache; gives back the blocks behind a sliding window).
   void commit(const ScheduledChunk& chunk);
@@ -75,9 +80,14 @@ class Scheduler {
 
  private:
   void preempt(size_t running_index);
-  void schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& budget);
-  void schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& budget,
+  void schedule_running(std::vector<ScheduledChunk>& chunks, int64_t& budget, int64_t max_chunks);
+  void schedule_waiting(std::vector<ScheduledChunk>& chunks, int64_t& budget, int64_t max_chunks,
                         std::vector<std::unique_ptr<Sequence>>& failed);
+  // Makes room for s's next n tokens by preempting the youngest running sequences from s on
+  // (s itself last) that have no chunk in flight. Returns whether s may run now; false with
+  // `s_preempted` when s went back to the waiting queue.
+  bool make_room(Sequence* s, int64_t n, std::vector<ScheduledChunk>& chunks, int64_t& budget,
+                 bool& s_preempted);
   void release(Sequence& seq);
   // Whether both pools can grow seq's tables to cover n_tokens positions, and growing them.
   bool fits(const Sequence& seq, int64_t n_tokens) const;

@@ -28,6 +28,9 @@ struct Sequence {
   int64_t n_prompt = 0;
   int64_t max_tokens = 0;  // resolved at arrival (GenerationRequest::max_tokens)
   int64_t n_cached = 0;    // tokens whose K/V are in the cache (a prefix of tokens)
+  // --pp with steps in flight: chunks of this sequence launched whose logits have not come back
+  // (n_cached already counts their tokens; their K/V is written by every stage in step order).
+  int32_t chunks_in_flight = 0;
   // Speculative decoding: the last n_draft entries of tokens are a proposer's guesses for this
   // step, not yet sampled (engine/speculative.h); 0 outside a step.
   int64_t n_draft = 0;

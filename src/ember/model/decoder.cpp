@@ -76,6 +76,7 @@ void DecoderModel::attention(int64_t layer, const LayerWeights& lw, const Batch&
   KvStorage& kv = cache.storage(layer);
   const int64_t kv_layer = cache.storage_layer(layer);  // its index among kv's layers
   const int64_t T = batch.size();
+  if (weights_.progress_transfers) weights_.progress_transfers();  // --pp: earlier steps' logits
   matmul("wq+wk+wv", xn_.data(), T, {&lw.wq, &lw.wk, &lw.wv}, {q_.data(), k_.data(), v_.data()});
   if (lw.bq != nullptr) {
     backend_.add_bias(q_.data(), lw.bq, T, c.q_dim());

@@ -84,10 +84,17 @@ struct ModelWeights {
   // first takes its input hidden states [n floats] from the previous stage instead of the
   // embedding; a stage before the last hands its output on instead of computing logits (its
   // forward returns none); and ModelRunner gives every stage the last stage's logits of the whole
-  // step (share_logits: sent by the last, received by the others).
+  // step: start_logits starts their hand-off (the last stage sends `logits` [n floats], the others
+  // receive into it; both keep the buffer until it is finished), finish_logits finishes the oldest
+  // hand-off started, so a stage may run later steps in between (ModelRunner::launch).
   std::function<void(float* x, int64_t n)> receive_hidden;
   std::function<void(const float* x, int64_t n)> send_hidden;
-  std::function<void(float* logits, int64_t n)> share_logits;
+  std::function<void(float* logits, int64_t n)> start_logits;
+  std::function<void()> finish_logits;
+  // Called by the forward pass once per layer: moves the started hand-offs along (a transport
+  // without single-copy shared memory moves a large message only while both ranks are in MPI).
+  std::function<void()> progress_transfers;
+  int pipeline_stages = 1;  // --pp: the stages (1 in one process)
 
   // Bytes of all matrices (every expert's included).
   int64_t matrix_bytes() const;

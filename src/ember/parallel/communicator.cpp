@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "ember/core/error.h"
@@ -31,6 +32,11 @@ class SingleProcess final : public Communicator {
   }
   void send(const float*, int64_t, int) override {}
   void receive(float*, int64_t, int) override {}
+  // A world of one has no other rank to send to or receive from.
+  int64_t start_send(const void*, int64_t, int, int) override { return 0; }
+  int64_t start_receive(void*, int64_t, int, int) override { return 0; }
+  void finish_transfer(int64_t, const char*, bool) override {}
+  bool transfer_done(int64_t) override { return true; }
   void broadcast(float*, int64_t, int) override {}
   void broadcast_bytes(void*, int64_t, int, bool) override {}
   [[noreturn]] void abort(int code) override { std::exit(code); }
@@ -100,13 +106,41 @@ class MpiComm final : public Communicator {
   }
   void send(const float* x, int64_t n, int to) override {
     MPI_Request request;
-    MPI_Isend(x, count_of(n, "send"), MPI_FLOAT, to, 0, comm_, &request);
+    MPI_Isend(x, count_of(n, "send"), MPI_FLOAT, to, kHiddenTag, comm_, &request);
     finish(request, "hand-off to the next stage");
   }
   void receive(float* x, int64_t n, int from) override {
     MPI_Request request;
-    MPI_Irecv(x, count_of(n, "receive"), MPI_FLOAT, from, 0, comm_, &request);
+    MPI_Irecv(x, count_of(n, "receive"), MPI_FLOAT, from, kHiddenTag, comm_, &request);
     finish(request, "hand-off from the previous stage");
+  }
+  int64_t start_send(const void* x, int64_t bytes, int to, int tag) override {
+    MPI_Request request;
+    MPI_Isend(x, count_of(bytes, "send"), MPI_BYTE, to, tag, comm_, &request);
+    return keep(request);
+  }
+  int64_t start_receive(void* x, int64_t bytes, int from, int tag) override {
+    MPI_Request request;
+    MPI_Irecv(x, count_of(bytes, "receive"), MPI_BYTE, from, tag, comm_, &request);
+    return keep(request);
+  }
+  void finish_transfer(int64_t id, const char* what, bool idle) override {
+    const auto it = transfers_.find(id);
+    if (it == transfers_.end()) return;
+    if (idle) {
+      wait_idle(it->second);
+    } else {
+      finish(it->second, what);
+    }
+    transfers_.erase(it);
+  }
+  bool transfer_done(int64_t id) override {
+    const auto it = transfers_.find(id);
+    if (it == transfers_.end()) return true;
+    int done = 0;
+    MPI_Test(&it->second, &done, MPI_STATUS_IGNORE);
+    if (done) transfers_.erase(it);
+    return done != 0;
   }
   void broadcast(float* x, int64_t n, int root) override {
     MPI_Request request;
@@ -120,7 +154,21 @@ class MpiComm final : public Communicator {
       finish(request, "step's broadcast");
       return;
     }
-    // Spin for the first millisecond (the next step of a busy server), then poll every 500 us.
+    wait_idle(request);
+  }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+  }
+
+ private:
+  int64_t keep(MPI_Request request) {
+    transfers_.emplace(++last_transfer_, request);
+    return last_transfer_;
+  }
+  // Waits without a deadline and without holding a core: spins for the first millisecond (the
+  // next step of a busy server), then polls every 500 us.
+  static void wait_idle(MPI_Request& request) {
     const double spin_until = MPI_Wtime() + 1e-3;
     for (;;) {
       int done = 0;
@@ -133,12 +181,6 @@ class MpiComm final : public Communicator {
       }
     }
   }
-  [[noreturn]] void abort(int code) override {
-    MPI_Abort(MPI_COMM_WORLD, code);
-    std::exit(code);
-  }
-
- private:
   // Waits for `request`, at most the rank timeout: past it the ranks are not all alive and
   // stepping (one stopped, hung or died without an error), and the job ends on every rank.
   void finish(MPI_Request& request, const char* what) {
@@ -167,6 +209,8 @@ class MpiComm final : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<float> gathered_;
+  std::unordered_map<int64_t, MPI_Request> transfers_;  // started, not yet finished
+  int64_t last_transfer_ = 0;
 };
 #endif
 

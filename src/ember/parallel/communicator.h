@@ -18,6 +18,9 @@ struct CommStats {
   int64_t on_device = 0;
 };
 
+// Tags of the point-to-point messages: one per kind, so each kind keeps its own order.
+enum MessageTag : int { kHiddenTag = 0, kLogitsTag = 1, kStepTag = 2 };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -39,6 +42,16 @@ class Communicator {
   // n floats to rank `to` / from rank `from` (pipeline stages hand hidden states on).
   virtual void send(const float* x, int64_t n, int to) = 0;
   virtual void receive(float* x, int64_t n, int from) = 0;
+  // Point-to-point transfers that return at once: `bytes` bytes of x to rank `to`, or from rank
+  // `from` into x, under `tag` (messages from one rank to another with one tag arrive in the
+  // order they were sent). x must stay as it is until finish_transfer(the returned id) returns.
+  // Pipeline stages use them to run later steps while earlier ones are still on their way.
+  virtual int64_t start_send(const void* x, int64_t bytes, int to, int tag) = 0;
+  virtual int64_t start_receive(void* x, int64_t bytes, int from, int tag) = 0;
+  // Waits for a started transfer (at most the rank timeout; `idle` as for broadcast_bytes).
+  virtual void finish_transfer(int64_t id, const char* what, bool idle = false) = 0;
+  // Whether a started transfer has completed (then it needs no finish_transfer).
+  virtual bool transfer_done(int64_t id) = 0;
   // Rank `root`'s n floats into x on every rank.
   virtual void broadcast(float* x, int64_t n, int root) = 0;
   // Rank `root`'s `bytes` bytes into x on every rank. `idle`: a rank waiting for work that may

@@ -1,5 +1,6 @@
 #include "ember/parallel/step_mirror.h"
 
+#include <deque>
 #include <string>
 #include <utility>
 
@@ -13,12 +14,48 @@ namespace {
 // Header of a message: its kind and the int32s of the step that follows.
 enum : int64_t { kStop = 0, kStep = 1 };
 
+// Rank 0's messages on their way: each stays until every follower has it, so rank 0 runs its
+// part of a step while a later stage still runs an earlier one (--pp with steps in flight).
+struct Outgoing {
+  int64_t header[2] = {0, 0};
+  std::vector<int32_t> body;
+  std::vector<int64_t> transfers;
+};
+std::deque<Outgoing>& outgoing() {
+  static std::deque<Outgoing> messages;
+  return messages;
+}
+
+// Drops the messages every follower has; with `all`, waits for the rest.
+void finish_sent(bool all) {
+  Communicator& w = world();
+  std::deque<Outgoing>& out = outgoing();
+  while (!out.empty()) {
+    std::vector<int64_t>& t = out.front().transfers;
+    if (all) {
+      for (const int64_t id : t) w.finish_transfer(id, "step's hand-off");
+      t.clear();
+    } else {
+      std::erase_if(t, [&](int64_t id) { return w.transfer_done(id); });
+    }
+    if (!t.empty()) return;
+    out.pop_front();
+  }
+}
+
 void send(int64_t kind, std::vector<int32_t> body) {
   Communicator& w = world();
-  int64_t header[2] = {kind, static_cast<int64_t>(body.size())};
-  w.broadcast_bytes(header, sizeof header, 0, /*idle=*/false);
-  if (!body.empty()) {
-    w.broadcast_bytes(body.data(), static_cast<int64_t>(body.size() * sizeof(int32_t)), 0, false);
+  finish_sent(false);
+  Outgoing& m = outgoing().emplace_back();
+  m.header[0] = kind;
+  m.header[1] = static_cast<int64_t>(body.size());
+  m.body = std::move(body);
+  for (int r = 1; r < w.size(); ++r) {
+    m.transfers.push_back(w.start_send(m.header, sizeof m.header, r, kStepTag));
+    if (!m.body.empty()) {
+      m.transfers.push_back(w.start_send(
+          m.body.data(), static_cast<int64_t>(m.body.size() * sizeof(int32_t)), r, kStepTag));
+    }
   }
 }
 
@@ -105,20 +142,24 @@ void send_step(const Batch& batch, int64_t block_size) {
 
 void send_stop() {
   send(kStop, {});
+  finish_sent(true);
 }
 
 bool receive_step(Batch& batch, std::vector<int32_t>& tables) {
   Communicator& w = world();
   int64_t header[2] = {0, 0};
-  w.broadcast_bytes(header, sizeof header, 0, /*idle=*/true);  // between requests: no deadline
+  // Between requests: no deadline, and no core held while waiting.
+  w.finish_transfer(w.start_receive(header, sizeof header, 0, kStepTag), "step", /*idle=*/true);
   if (header[0] == kStop) return false;
   if (header[0] != kStep || header[1] < 0)
     throw Error("serve --tp: an unknown message from rank 0");
   thread_local std::vector<int32_t> body;
   body.resize(static_cast<size_t>(header[1]));
   if (!body.empty()) {
-    w.broadcast_bytes(body.data(), static_cast<int64_t>(body.size() * sizeof(int32_t)), 0,
-                      /*idle=*/false);
+    w.finish_transfer(
+        w.start_receive(body.data(), static_cast<int64_t>(body.size() * sizeof(int32_t)), 0,
+                        kStepTag),
+        "step");
   }
   decode_step(body, batch, tables);
   return true;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <vector>
 
 #include "ember/core/error.h"
@@ -59,6 +61,7 @@ void print_comm_stats() {
 struct HandOffStats {
   int stages = 0;
   int64_t steps = 0, hand_offs = 0;
+  int64_t overlapped = 0;  // steps launched while an earlier step's logits were on their way
   double bytes = 0;
 };
 HandOffStats& hand_off_stats() {
@@ -70,9 +73,11 @@ void print_hand_off_stats() {
   const HandOffStats& s = hand_off_stats();
   if (s.hand_offs == 0) return;
   std::fprintf(stderr,
-               "[ember] pp %d: %lld steps handed on as %lld micro-batches of %.1f KiB on average\n",
+               "[ember] pp %d: %lld steps handed on as %lld micro-batches of %.1f KiB on average; "
+               "%lld steps launched while an earlier one was in flight\n",
                s.stages, static_cast<long long>(s.steps), static_cast<long long>(s.hand_offs),
-               s.bytes / static_cast<double>(s.hand_offs) / 1024.0);
+               s.bytes / static_cast<double>(s.hand_offs) / 1024.0,
+               static_cast<long long>(s.overlapped));
 }
 
 }  // namespace
@@ -168,10 +173,34 @@ void attach_parallel(ModelWeights& weights, const ParallelLayout& layout) {
         hand_off_stats().bytes += static_cast<double>(n) * sizeof(float);
       };
     }
-    weights.share_logits = [&w, root](float* logits, int64_t n) {
-      w.broadcast(logits, n, root);
+    // The last stage's first rank sends each step's logits to every rank of the earlier stages
+    // (the last stage's other ranks gathered them themselves), without waiting: the ranks take
+    // them when their engine needs them (finish_logits, oldest first).
+    auto started = std::make_shared<std::deque<std::vector<int64_t>>>();
+    weights.start_logits = [&w, root, stage, last, started](float* logits, int64_t n) {
+      std::vector<int64_t> transfers;
+      const auto bytes = static_cast<int64_t>(n * sizeof(float));
+      if (n > 0 && w.rank() == root) {
+        for (int r = 0; r < root; ++r)
+          transfers.push_back(w.start_send(logits, bytes, r, kLogitsTag));
+      } else if (n > 0 && stage < last) {
+        transfers.push_back(w.start_receive(logits, bytes, root, kLogitsTag));
+      }
+      if (!started->empty()) ++hand_off_stats().overlapped;
+      started->push_back(std::move(transfers));
       ++hand_off_stats().steps;
     };
+    weights.finish_logits = [&w, started] {
+      if (started->empty()) return;
+      for (const int64_t t : started->front()) w.finish_transfer(t, "last stage's logits");
+      started->pop_front();
+    };
+    weights.progress_transfers = [&w, started] {
+      for (std::vector<int64_t>& transfers : *started) {
+        std::erase_if(transfers, [&](int64_t t) { return w.transfer_done(t); });
+      }
+    };
+    weights.pipeline_stages = layout.pipeline.stages;
     hand_off_stats().stages = layout.pipeline.stages;
   }
   if (tp > 1) {
