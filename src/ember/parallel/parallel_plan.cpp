@@ -150,10 +150,13 @@ ParallelPlan plan_parallel(const ParallelPlanInput& in) {
       p.handoff_bytes_per_token;
   if (!m.bandwidth_bytes_per_s) return p;
 
-  // One stage's step for m sequences: memory, all-reduces, the sampled token's all-gather on the
-  // last stage (an index and a value per sequence), and the hand-off to the next stage.
+  // One stage's step for m sequences: memory, all-reduces, the hand-off to the next stage, and
+  // on the last stage the logits: gathered over its tp ranks (each holds vocab / tp of every row),
+  // then sent by its first rank to every rank of the earlier stages, one after another.
   const double bw = *m.bandwidth_bytes_per_s;
   const LinkSpec& link = in.link;
+  const double logits_bytes_per_sequence = 4.0 * static_cast<double>(in.vocab);
+  const double earlier_ranks = static_cast<double>((in.pp - 1) * in.tp);
   auto stage_seconds = [&](int s, double seqs, double* comm) {
     const StagePlan& st = p.stages[static_cast<size_t>(s)];
     const double memory =
@@ -163,7 +166,11 @@ ParallelPlan plan_parallel(const ParallelPlanInput& in) {
                    all_reduce_seconds(seqs * p.all_reduce_bytes_per_token, in.tp, link) +
                sums * all_reduce_seconds(seqs * norm_bytes, in.tp, link);
     if (s == in.pp - 1 && in.tp > 1) {
-      c += (tp - 1) * link.latency_s + (tp - 1) / tp * seqs * 8.0 / link.bytes_per_s;
+      c += (tp - 1) * link.latency_s +
+           (tp - 1) / tp * seqs * logits_bytes_per_sequence / link.bytes_per_s;
+    }
+    if (s == in.pp - 1) {
+      c += earlier_ranks * (link.latency_s + seqs * logits_bytes_per_sequence / link.bytes_per_s);
     }
     if (s != in.pp - 1) c += link.latency_s + seqs * p.handoff_bytes_per_token / link.bytes_per_s;
     if (comm) *comm += c;
@@ -173,10 +180,6 @@ ParallelPlan plan_parallel(const ParallelPlanInput& in) {
   for (int s = 0; s < in.pp; ++s) {
     p.stages[static_cast<size_t>(s)].step_seconds_batch1 = stage_seconds(s, 1.0, nullptr);
     step += stage_seconds(s, 1.0, &comm);
-  }
-  if (in.pp > 1) {  // the sampled token goes back to rank 0, which schedules the next step
-    step += link.latency_s;
-    comm += link.latency_s;
   }
   p.decode_tokens_per_s_batch1 = 1.0 / step;
   p.comm_share_batch1 = comm / step;

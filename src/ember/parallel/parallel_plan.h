@@ -1,6 +1,6 @@
 // The plan of a model split over processes (#32): tensor parallelism over `tp` ranks (Megatron:
 // Q/K/V and gate/up by output rows, O and down by input columns, one all-reduce after each; the
-// embedding and lm_head by vocabulary, the sampled token, not the logits, crossing ranks) and
+// embedding and lm_head by vocabulary, the logits gathered over the ranks) and
 // pipeline parallelism over `pp` stages of consecutive layers. For each stage: the weights and KV
 // one rank holds; per decode step: the all-reduces and bytes each rank sends; and the decode
 // tokens/s that memory bandwidth and the link allow, so a deployment can be planned on paper.
@@ -8,7 +8,8 @@
 // Time of a decode step (memory-bound, as decode is): each rank streams its weights and its
 // sequences' KV at `rank_bandwidth`; an all-reduce of S bytes over a ring of N ranks costs
 // 2 (N - 1) latency + 2 (N - 1) / N S / link bandwidth; a stage hands B x d_model f32 to the
-// next in latency + bytes / bandwidth. Batch 1 runs the stages one after another. A batch of B
+// next in latency + bytes / bandwidth, and the last stage sends each sequence's logits (vocab f32)
+// to every rank before it, as ember does. Batch 1 runs the stages one after another. A batch of B
 // runs as pp micro-batches of B / pp in flight (the stages overlap), so each stage reads its
 // weights pp times per B tokens: pipelining buys memory per rank, not decode speed.
 #pragma once

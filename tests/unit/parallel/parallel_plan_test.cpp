@@ -95,10 +95,12 @@ TEST(ParallelPlan, TheTimeModelByHand) {
   in.d_model = 1024;
   in.d_ffn = 4096;
   in.layer_bytes = 2'000'000 - 2 * 2 * 1024 * 2;  // + a rank's half of the 1-token KV: 1 MB
+  in.vocab = 1000;
   in.tp = 2;
   in.link = {1e9, 1e-6};
   const ParallelPlan p = plan_parallel(in);
-  const double comm = 4 * (2e-6 + 4.096e-6) + (1e-6 + 4e-9);
+  // 4 all-reduces of 4 KiB, then the logits' gather: half of 4,000 bytes from the other rank.
+  const double comm = 4 * (2e-6 + 4.096e-6) + (1e-6 + 2e-6);
   EXPECT_NEAR(*p.decode_tokens_per_s_batch1, 1.0 / (1e-3 + comm), 1e-6);
   EXPECT_NEAR(*p.comm_share_batch1, comm / (1e-3 + comm), 1e-12);
   // OLMoE's whole-projection Q/K norms: one more all-reduce per layer, of 2 floats per token
@@ -110,12 +112,12 @@ TEST(ParallelPlan, TheTimeModelByHand) {
   EXPECT_DOUBLE_EQ(o.sent_bytes_per_token_per_rank, p.sent_bytes_per_token_per_rank + 2 * 8.0);
   in.qk_norm_across_ranks = false;
   // Pipelined over 2 stages instead: batch 1 runs them in turn (1 ms of memory in all) plus the
-  // hand-off and the token's way back; a batch of 2 keeps both busy with one sequence each.
+  // hand-off and the logits' way back (4,000 bytes).
   in.tp = 1;
   in.pp = 2;
   in.layer_bytes = 1'000'000 - 2 * 2 * 1024 * 2;  // with its 1-token KV: 1 MB in all
   const ParallelPlan q = plan_parallel(in);
-  EXPECT_NEAR(1.0 / *q.decode_tokens_per_s_batch1, 1e-3 + (1e-6 + 4.096e-6) + 1e-6, 1e-12);
+  EXPECT_NEAR(1.0 / *q.decode_tokens_per_s_batch1, 1e-3 + (1e-6 + 4.096e-6) + (1e-6 + 4e-6), 1e-12);
 }
 
 TEST(ParallelPlan, ShapesThatDoNotSplitAreNamedErrors) {
