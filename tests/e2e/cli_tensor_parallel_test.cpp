@@ -361,16 +361,18 @@ TEST(CliTensorParallel, ServeSplitAnswersAsOneProcess) {
 
 // Batches in flight when every rank runs the engine (bench): the ranks launch and collect the
 // same steps in the same order and sample the same tokens from the logits the last stage hands
-// them, over 2 and 3 stages; --pp-in-flight 1 runs each step through every stage in turn.
+// them, over 2 and 3 stages and 2 stages of 2 tensor ranks; --pp-in-flight 1 runs each step
+// through every stage in turn.
 TEST(CliTensorParallel, BatchesInFlightAcrossStages) {
   EMBER_REQUIRE_MPI();
   const std::string m =
       "bench -m " +
       test::shell_quote(test::fixture("models/stories260K/stories260K.gguf").string()) +
       " -t 1 --batch 6 -p 16 -n 12 -r 1";
-  for (int stages : {2, 3}) {
-    SCOPED_TRACE(stages);
-    const auto r = mpirun_ember(stages, m + " --pp " + std::to_string(stages));
+  for (const auto& [flags, ranks] :
+       std::vector<Split>{{"--pp 2", 2}, {"--pp 3", 3}, {"--tp 2 --pp 2", 4}}) {
+    SCOPED_TRACE(flags);
+    const auto r = mpirun_ember(ranks, m + " " + flags);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("| tg12     |     6 |"), std::string::npos) << r.out;
     EXPECT_GT(steps_launched_in_flight(r.err), 0) << r.err;
