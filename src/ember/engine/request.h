@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,9 @@ struct TokenLogprob {
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top;  // top-N alternatives (token, logprob)
 };
+
+// The log-softmax of `token` in `logits` and of the `top_n` most likely ids (ties: the lower id).
+TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int32_t top_n);
 
 // One increment of a request's output.
 struct StreamEvent {

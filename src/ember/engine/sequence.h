@@ -66,4 +66,8 @@ struct Sequence {
   bool prefilled() const { return n_cached >= n_prompt; }
 };
 
+inline double seconds_between(Sequence::Clock::time_point a, Sequence::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 }  // namespace ember
