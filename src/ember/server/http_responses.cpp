@@ -2,6 +2,8 @@
 // as tokens arrive (with tools, text that could begin a call is held until the reply ends).
 #include <httplib.h>
 
+#include <chrono>
+
 #include "ember/server/error_response.h"
 #include "ember/server/guarded_http_server.h"
 #include "ember/server/relay.h"
@@ -22,10 +24,14 @@ void send_body(httplib::Response& res, const json& j) {
 
 void HttpServer::respond_whole(Relay& relay, httplib::Response& res) const {
   std::vector<Completion> results;
+  // The client is checked every 20 ms whether events come or not: tokens that come faster than
+  // that (a small model on a fast machine) must not hide a client that left.
+  auto next_check = std::chrono::steady_clock::now() + 20ms;
   for (Choice& choice : relay.choices) {
     while (!choice.done) {
       std::optional<StreamEvent> e = choice.pop(20ms);
-      if (!e) {
+      if (!e || std::chrono::steady_clock::now() >= next_check) {
+        next_check = std::chrono::steady_clock::now() + 20ms;
         // Nobody will read this answer: stop generating it (its KV blocks go back).
         if (current_client_gone()) {
           relay.cancel();
@@ -33,7 +39,7 @@ void HttpServer::respond_whole(Relay& relay, httplib::Response& res) const {
           res.status = 499;  // nginx's "client closed request": not a server error
           return;
         }
-        continue;
+        if (!e) continue;
       }
       choice.absorb(*e);
       choice.done = e->finished;
