@@ -179,11 +179,16 @@ struct StepBlocks {
 // How a call reads the pool's rows: f32 rows in place; narrow rows widened in registers by the
 // grouped kernels (one token, K and V of one dtype that load_kv8 reads); or any rows widened once
 // per step into the scratch.
-enum class PoolRead { InPlace, Widened, F16, Bf16, Q8, Q4 };
+// ChannelQ4: per-channel K widened into the scratch, q4_0 V read in registers.
+enum class PoolRead { InPlace, Widened, F16, Bf16, Q8, Q4, ChannelQ4 };
 
 PoolRead pool_read(const PagedKv& kv, int group_kernel, int64_t nt) {
   const DType k = kv.k_dtype, v = kv.v_dtype;
   if (k == DType::F32 && v == DType::F32) return PoolRead::InPlace;
+  if (group_kernel != 0 && nt == 1 && kv.k_channel && v == DType::Q4_0 &&
+      kv.head_dim % kQuantBlock == 0) {
+    return PoolRead::ChannelQ4;
+  }
   if (group_kernel == 0 || nt != 1 || k != v || kv.k_channel) return PoolRead::Widened;
   switch (k) {
     case DType::F16:
@@ -245,20 +250,21 @@ void apply_step_rule(float* s, int64_t n, const StepRule& rule) {
 
 // One softmax step of one token for the `group` query heads of a kv head (qg: their queries, hd
 // apart): scores, the online-softmax update of m, l and acc [group, hd_pad], then acc += P V. The
-// step's blocks: kb[b] / vb[b], rows row_stride apart. G > 0: the grouped kernels (group == G,
-// hd % 8 == 0); G == 0: head by head (any group and hd; f32 rows).
-template <int G, typename Elem>
-EMBER_AVX2_INLINE void token_step(const float* qg, const Elem* const* kb, const Elem* const* vb,
-                                  int64_t group, int64_t bs, int64_t n, int64_t row_stride,
-                                  int64_t hd, int64_t hd_pad, __m256i hd_mask, float scale,
-                                  const StepRule& rule, int64_t step_pad, float* scores, float* acc,
-                                  float* m, float* l) {
+// step's blocks: kb[b] / vb[b], rows k_stride / v_stride apart. G > 0: the grouped kernels
+// (group == G, hd % 8 == 0); G == 0: head by head (any group and hd; f32 rows).
+template <int G, typename KElem, typename VElem>
+EMBER_AVX2_INLINE void token_step(const float* qg, const KElem* const* kb, const VElem* const* vb,
+                                  int64_t group, int64_t bs, int64_t n, int64_t k_stride,
+                                  int64_t v_stride, int64_t hd, int64_t hd_pad, __m256i hd_mask,
+                                  float scale, const StepRule& rule, int64_t step_pad,
+                                  float* scores, float* acc, float* m, float* l) {
   if constexpr (G > 0) {
-    group_step_scores<G>(qg, kb, bs, n, row_stride, hd, scale, step_pad, scores, step_pad);
+    group_step_scores<G>(qg, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
   } else {
-    static_assert(std::is_same_v<Elem, float>, "the per-head path reads f32 rows");
+    static_assert(std::is_same_v<KElem, float> && std::is_same_v<VElem, float>,
+                  "the per-head path reads f32 rows");
     for (int64_t j = 0; j < group; ++j) {
-      step_scores(qg + j * hd, kb, bs, n, row_stride, hd, hd_mask, scale, step_pad,
+      step_scores(qg + j * hd, kb, bs, n, k_stride, hd, hd_mask, scale, step_pad,
                   scores + j * step_pad);
     }
   }
@@ -292,13 +298,13 @@ EMBER_AVX2_INLINE void token_step(const float* qg, const Elem* const* kb, const 
   // acc[j] += sum_i p[j][i] * v_i, block by block, acc[j] in registers across each block.
   if constexpr (G > 0) {
     for (int64_t b = 0; b * bs < n; ++b) {
-      group_pv<G>(acc, hd_pad, scores + b * bs, step_pad, vb[b], row_stride,
-                  std::min(bs, n - b * bs), hd);
+      group_pv<G>(acc, hd_pad, scores + b * bs, step_pad, vb[b], v_stride, std::min(bs, n - b * bs),
+                  hd);
     }
   } else {
     for (int64_t j = 0; j < group; ++j) {
       for (int64_t b = 0; b * bs < n; ++b) {
-        accumulate_pv_any(acc + j * hd_pad, scores + j * step_pad + b * bs, vb[b], row_stride,
+        accumulate_pv_any(acc + j * hd_pad, scores + j * step_pad + b * bs, vb[b], v_stride,
                           std::min(bs, n - b * bs), hd, hd_mask);
       }
     }
@@ -349,7 +355,8 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
     scratch.total_acc.resize(static_cast<size_t>(rows * hd_pad));
   }
   const PoolRead read = pool_read(kv, G, nt);
-  if (read == PoolRead::Widened && static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
+  if ((read == PoolRead::Widened || read == PoolRead::ChannelQ4) &&
+      static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
     scratch.k.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
     scratch.v.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
   }
@@ -411,10 +418,9 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         }
         blocks.kb[b] = kv.k_row(first);
         blocks.vb[b] = kv.v_row(first);
-        if (read == PoolRead::Widened) {
+        if (read == PoolRead::Widened || read == PoolRead::ChannelQ4) {
           const int64_t n_rows = std::min(bs, ctx_last - pb);
           float* kd = scratch.k.data() + b * bs * hd_pad;
-          float* vd = scratch.v.data() + b * bs * hd_pad;
           if (!kv.k_channel) {
             widen_kv_rows(blocks.kb[b], kv.k_dtype, kv.k_row_bytes, n_rows, hd, hd_pad, kd);
           } else if (pb / bs == (ctx_last - 1) / bs) {  // the tokens' own block: exact rows
@@ -422,9 +428,12 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
           } else {
             widen_channel_rows(blocks.kb[b], n_rows, hd, hd_pad, kd);
           }
-          widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes, n_rows, hd, hd_pad, vd);
           blocks.k[b] = kd;
-          blocks.v[b] = vd;
+          if (read == PoolRead::Widened) {
+            float* vd = scratch.v.data() + b * bs * hd_pad;
+            widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes, n_rows, hd, hd_pad, vd);
+            blocks.v[b] = vd;
+          }
         } else if (read == PoolRead::InPlace) {
           blocks.k[b] = reinterpret_cast<const float*>(blocks.kb[b]);
           blocks.v[b] = reinterpret_cast<const float*>(blocks.vb[b]);
@@ -448,7 +457,7 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
             vb[b] = reinterpret_cast<const Elem*>(blocks.vb[b]);
           }
           const int64_t stride = kv.k_row_bytes / static_cast<int64_t>(sizeof(Elem));
-          token_step<G>(qg, kb, vb, group, bs, n, stride, hd, hd_pad, hd_mask, scale, rule,
+          token_step<G>(qg, kb, vb, group, bs, n, stride, stride, hd, hd_pad, hd_mask, scale, rule,
                         step_pad, scores, acc, m, l);
         };
         if constexpr (G > 0) {
@@ -465,12 +474,22 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
             case PoolRead::Q4:
               narrow_step(BlockQ4_0{});
               continue;
+            case PoolRead::ChannelQ4: {
+              const BlockQ4_0* vb[StepBlocks::kMax];
+              for (int64_t b = 0; b < n_blocks; ++b) {
+                vb[b] = reinterpret_cast<const BlockQ4_0*>(blocks.vb[b]);
+              }
+              token_step<G>(qg, blocks.k, vb, group, bs, n, hd_pad,
+                            kv.v_row_bytes / static_cast<int64_t>(sizeof(BlockQ4_0)), hd, hd_pad,
+                            hd_mask, scale, rule, step_pad, scores, acc, m, l);
+              continue;
+            }
             default:
               break;
           }
         }
-        token_step<G>(qg, blocks.k, blocks.v, group, bs, n, row_stride, hd, hd_pad, hd_mask, scale,
-                      rule, step_pad, scores, acc, m, l);
+        token_step<G>(qg, blocks.k, blocks.v, group, bs, n, row_stride, row_stride, hd, hd_pad,
+                      hd_mask, scale, rule, step_pad, scores, acc, m, l);
       }
     }
     if (partial != nullptr) {  // one token, one segment: its rows' states as they are
