@@ -404,6 +404,8 @@ void LLMEngine::deliver(const std::vector<ScheduledChunk>& chunks, std::span<con
   }
 }
 
+// The step's observer: the first scheduled request that has one (its rows are
+// batch_.observed_sequence's), else the engine's own (set_forward_observer), else none.
 ForwardObserver* LLMEngine::observe_step(const std::vector<ScheduledChunk>& chunks) {
   observed_ = nullptr;
   step_observer_ = nullptr;

@@ -140,6 +140,4 @@ void LLMEngine::finish(Sequence* s, FinishReason reason, const std::string& erro
   }
 }
 
-// The step's observer: the first scheduled request that has one (its rows are
-// batch_.observed_sequence's), else the engine's own (set_forward_observer), else none.
 }  // namespace ember
