@@ -386,8 +386,8 @@ EMBER_AMX void attention_tokens(const float* q, int64_t nt, int64_t q_stride, in
                                 const AttentionScores& rules, float* out, int64_t out_stride,
                                 int64_t kv_head_begin, int64_t kv_head_end) {
   if (!attention_runs_on_tiles(kv, rules, nt)) {
-    return avx2::attention_tokens(q, nt, q_stride, n_heads, kv, block_table, ctx0, rules, out,
-                                  out_stride, kv_head_begin, kv_head_end);
+    return avx512::attention_tokens(q, nt, q_stride, n_heads, kv, block_table, ctx0, rules, out,
+                                    out_stride, kv_head_begin, kv_head_end);
   }
   thread_local Scratch sc;
   if (sc.s.empty()) {

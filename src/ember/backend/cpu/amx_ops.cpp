@@ -14,37 +14,7 @@
 namespace ember::cpu::amx {
 namespace {
 
-// avx2::exp on 16 lanes: x = n ln2 + r, exp(r) by its degree-7 Taylor polynomial, times 2^n;
-// 0 below -87.34 (and for NaN), inf above 88.72.
-EMBER_AVX512_INLINE __m512 exp16(__m512 x) {
-  // (Zero-masked forms with every lane: GCC 12's plain ones read an "undefined" vector and warn.)
-  constexpr auto all = static_cast<__mmask16>(0xffff);
-  const __m512 lo = _mm512_set1_ps(-87.33654f);
-  const __m512 hi = _mm512_set1_ps(88.72283f);
-  const __m512 xc = _mm512_maskz_min_ps(all, _mm512_maskz_max_ps(all, x, lo), hi);
-  const __m512 n = _mm512_maskz_min_ps(
-      all,
-      _mm512_maskz_roundscale_ps(all, _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-      _mm512_set1_ps(127.0f));
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_maskz_slli_epi32(
-      all, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(all, n), _mm512_set1_epi32(127)), 23);
-  const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-  const __mmask16 in_range = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);  // underflow, NaN -> 0
-  const __mmask16 overflow = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
-  return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(in_range, y), overflow,
-                            _mm512_set1_ps(__builtin_inff()));
-}
+using avx512::exp16;
 
 EMBER_AVX512_INLINE __m512 silu_mul16(__m512 g, __m512 u) {
   const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));

@@ -15,13 +15,19 @@
 // registers by the grouped kernels, 8 values at a time; read by several tokens, on the head-by-head
 // path, or in any other combination, each (block, kv head) is widened once into per-thread f32 rows
 // for all of them (kv_row_format.h gives the formats).
+//
+// The walk over the blocks here is shared with the AVX-512 set, which hands each softmax step of
+// the grouped heads to avx512::token_step (attention_step.h: the same bits on 512-bit vectors, and
+// per-channel K of sealed blocks read as it is instead of widened into the scratch).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
+#include "ember/backend/cpu/attention_step.h"
 #include "ember/backend/cpu/avx2_attention_group.h"
+#include "ember/backend/cpu/avx2_attention_head.h"
 #include "ember/backend/cpu/avx2_kv_rows.h"
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/kernels_isa.h"
@@ -53,110 +59,6 @@ EMBER_AVX2_INLINE void prefetch_span(const char* p, int64_t bytes) {
     _mm_prefetch(p + i + 192, _MM_HINT_T0);
   }
   for (; i < bytes; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
-}
-
-// q · k over hd values; hd % 8 lanes are handled with the tail mask.
-EMBER_AVX2_INLINE float dot(const float* q, const float* k, int64_t hd, __m256i mask) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 16 <= hd; d += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), a1);
-  }
-  if (d + 8 <= hd) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
-    d += 8;
-  }
-  if (d < hd) {
-    a1 = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, mask), _mm256_maskload_ps(k + d, mask), a1);
-  }
-  return hsum(_mm256_add_ps(a0, a1));
-}
-
-// Per-lane partial sums of q . k_i for N keys (rows k + i * stride): one accumulator per key.
-template <int N>
-EMBER_AVX2_INLINE void key_partials(const float* q, const float* k, int64_t stride, int64_t hd,
-                                    __m256i mask, __m256 (&a)[N]) {
-#pragma GCC unroll 8
-  for (int i = 0; i < N; ++i) a[i] = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 8 <= hd; d += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + d);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i)
-      a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i * stride + d), a[i]);
-  }
-  if (d < hd) {
-    const __m256 qv = _mm256_maskload_ps(q + d, mask);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      a[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * stride + d, mask), a[i]);
-    }
-  }
-}
-
-// q . k_i for 4 keys at once, reduced together instead of by four separate horizontal sums.
-EMBER_AVX2_INLINE __m128 dot4(const float* q, const float* k, int64_t stride, int64_t hd,
-                              __m256i mask) {
-  __m256 a[4];
-  key_partials<4>(q, k, stride, hd, mask, a);
-  const __m256 h = hadd_tree4(a);
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-// q . k_i for 8 keys at once: 8 independent FMA chains (dot4's 4 chains wait on the FMA latency),
-// each key's sum bit-identical to dot4's (same partials, same tree; the halves of keys 0-3 and
-// 4-7 are then completed side by side).
-EMBER_AVX2_INLINE __m256 dot8(const float* q, const float* k, int64_t stride, int64_t hd,
-                              __m256i mask) {
-  __m256 a[8];
-  key_partials<8>(q, k, stride, hd, mask, a);
-  const __m256 h0123 = hadd_tree4(a), h4567 = hadd_tree4(a + 4);
-  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
-                       _mm256_permute2f128_ps(h0123, h4567, 0x31));
-}
-
-// acc[0, NV * 8) += sum_i p[i] * v_i[0, NV * 8) over n rows v_i = v + i * stride, with the
-// accumulator held in registers for the whole block (one load and one store per block instead of
-// one per key). `mask` covers the valid lanes of the last vector (hd not a multiple of 8), so no
-// V row is read past its end.
-template <int NV>
-EMBER_AVX2_INLINE void accumulate_pv(float* acc, const float* p, const float* v, int64_t stride,
-                                     int64_t n, __m256i mask, bool masked_tail) {
-  __m256 a[NV];
-#pragma GCC unroll 8
-  for (int c = 0; c < NV; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
-  for (int64_t i = 0; i < n; ++i) {
-    const __m256 pv = _mm256_set1_ps(p[i]);
-    const float* vi = v + i * stride;
-#pragma GCC unroll 8
-    for (int c = 0; c < NV; ++c) {
-      const __m256 vv = (c == NV - 1 && masked_tail) ? _mm256_maskload_ps(vi + 8 * c, mask)
-                                                     : _mm256_loadu_ps(vi + 8 * c);
-      a[c] = _mm256_fmadd_ps(pv, vv, a[c]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
-}
-
-// accumulate_pv<nv> for a run-time nv in 1..NV (compile-time dispatch, stays inlined).
-template <int NV>
-EMBER_AVX2_INLINE void accumulate_pv_width(int64_t nv, float* acc, const float* p, const float* v,
-                                           int64_t stride, int64_t n, __m256i mask, bool tail) {
-  if constexpr (NV > 1) {
-    if (nv < NV) return accumulate_pv_width<NV - 1>(nv, acc, p, v, stride, n, mask, tail);
-  }
-  accumulate_pv<NV>(acc, p, v, stride, n, mask, tail);
-}
-
-// accumulate_pv over any head_dim: chunks of up to 8 vectors.
-EMBER_AVX2_INLINE void accumulate_pv_any(float* acc, const float* p, const float* v, int64_t stride,
-                                         int64_t n, int64_t hd, __m256i mask) {
-  for (int64_t d = 0; d < hd; d += 64) {
-    const int64_t nv = std::min<int64_t>(8, (hd - d + 7) / 8);
-    accumulate_pv_width<8>(nv, acc + d, p, v + d, stride, n, mask, d + nv * 8 > hd);
-  }
 }
 
 // Keys per online-softmax step: whole blocks, at least this many. The softmax update (max, exp,
@@ -201,50 +103,6 @@ PoolRead pool_read(const PagedKv& kv, int group_kernel, int64_t nt) {
       return kv.head_dim % kQuantBlock == 0 ? PoolRead::Q4 : PoolRead::Widened;
     default:
       return PoolRead::Widened;
-  }
-}
-
-// Scores s[0, n) = scale * q . k_i over a step's keys (block b holds keys [b bs, b bs + bs)), then
-// -inf up to n_pad so that exp() makes the padding 0. Keys go 8, then 4, then 1 at a time within
-// each block, as dot8 / dot4 / dot give the same bits per key.
-EMBER_AVX2_INLINE void step_scores(const float* q, const float* const* blocks, int64_t bs,
-                                   int64_t n, int64_t row_stride, int64_t hd, __m256i hd_mask,
-                                   float scale, int64_t n_pad, float* s) {
-  for (int64_t b = 0; b * bs < n; ++b) {
-    const float* kb = blocks[b];
-    float* sb = s + b * bs;
-    const int64_t nb = std::min(bs, n - b * bs);
-    int64_t i = 0;
-    for (; i + 8 <= nb; i += 8) {
-      const __m256 d8 = dot8(q, kb + i * row_stride, row_stride, hd, hd_mask);
-      _mm256_storeu_ps(sb + i, _mm256_mul_ps(d8, _mm256_set1_ps(scale)));
-    }
-    for (; i + 4 <= nb; i += 4) {
-      const __m128 d4 = dot4(q, kb + i * row_stride, row_stride, hd, hd_mask);
-      _mm_storeu_ps(sb + i, _mm_mul_ps(d4, _mm_set1_ps(scale)));
-    }
-    for (; i < nb; ++i) sb[i] = dot(q, kb + i * row_stride, hd, hd_mask) * scale;
-  }
-  for (int64_t i = n; i < n_pad; ++i) s[i] = -INFINITY;
-}
-
-// Where a step's keys start and what the scores rule adds to scale * (q . k): keys before `first`
-// (outside a sliding window) get -inf, and a soft-cap bends the rest (attention_scores.h). A step
-// is never entirely before `first` (those are skipped), so every step has a finite score.
-struct StepRule {
-  int64_t p0 = 0;     // the step's first key position
-  int64_t first = 0;  // the first key the token attends to
-  float softcap = 0.0f;
-  bool active() const { return first > p0 || softcap > 0.0f; }
-};
-
-void apply_step_rule(float* s, int64_t n, const StepRule& rule) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (rule.p0 + i < rule.first) {
-      s[i] = -INFINITY;
-    } else if (rule.softcap > 0.0f) {
-      s[i] = rule.softcap * std::tanh(s[i] / rule.softcap);
-    }
   }
 }
 
@@ -325,7 +183,7 @@ EMBER_AVX2_INLINE void token_step(const float* qg, const KElem* const* kb, const
 struct KeyRange {
   int64_t begin = 0, end = INT64_MAX;
 };
-template <int G>
+template <int G, bool kAvx512Steps>
 EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_stride,
                                        int64_t n_heads, const PagedKv& kv,
                                        const int32_t* block_table, int64_t ctx0,
@@ -405,6 +263,10 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
       }
       // This step's blocks for kv head g: each holds bs consecutive rows of hd values.
       const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
+      // Per-channel K of a step whose blocks are all sealed (not the token's own) is read as it is
+      // by the AVX-512 step, not widened into the scratch first.
+      const bool channel_k_as_is = kAvx512Steps && read == PoolRead::ChannelQ4 && bs % 8 == 0 &&
+                                   hd % 16 == 0 && p0 / bs + n_blocks - 1 < (ctx_last - 1) / bs;
       for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t pb = p0 + b * bs;
         const int64_t first = kv.row_index(block_of(pb / bs), 0, g);
@@ -418,7 +280,7 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         }
         blocks.kb[b] = kv.k_row(first);
         blocks.vb[b] = kv.v_row(first);
-        if (read == PoolRead::Widened || read == PoolRead::ChannelQ4) {
+        if (read == PoolRead::Widened || (read == PoolRead::ChannelQ4 && !channel_k_as_is)) {
           const int64_t n_rows = std::min(bs, ctx_last - pb);
           float* kd = scratch.k.data() + b * bs * hd_pad;
           if (!kv.k_channel) {
@@ -448,6 +310,17 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         float* acc = scratch.acc.data() + u * group * hd_pad;
         float* m = scratch.m.data() + u * group;
         float* l = scratch.l.data() + u * group;
+        // The step on this ISA's kernels (the same bits either way: attention_step.h).
+        const auto step = [&](const auto* const* kb, const auto* const* vb, int64_t k_stride,
+                              int64_t v_stride) EMBER_AVX2_LAMBDA {
+          if constexpr (kAvx512Steps && G > 0) {
+            avx512::token_step<G>(qg, kb, vb, bs, n, k_stride, v_stride, hd, hd_pad, scale, rule,
+                                  step_pad, scores, acc, m, l);
+          } else {
+            token_step<G>(qg, kb, vb, group, bs, n, k_stride, v_stride, hd, hd_pad, hd_mask, scale,
+                          rule, step_pad, scores, acc, m, l);
+          }
+        };
         const auto narrow_step = [&](auto elem) EMBER_AVX2_LAMBDA {
           using Elem = decltype(elem);
           const Elem* kb[StepBlocks::kMax];
@@ -457,8 +330,7 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
             vb[b] = reinterpret_cast<const Elem*>(blocks.vb[b]);
           }
           const int64_t stride = kv.k_row_bytes / static_cast<int64_t>(sizeof(Elem));
-          token_step<G>(qg, kb, vb, group, bs, n, stride, stride, hd, hd_pad, hd_mask, scale, rule,
-                        step_pad, scores, acc, m, l);
+          step(kb, vb, stride, stride);
         };
         if constexpr (G > 0) {
           switch (read) {
@@ -479,17 +351,25 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
               for (int64_t b = 0; b < n_blocks; ++b) {
                 vb[b] = reinterpret_cast<const BlockQ4_0*>(blocks.vb[b]);
               }
-              token_step<G>(qg, blocks.k, vb, group, bs, n, hd_pad,
-                            kv.v_row_bytes / static_cast<int64_t>(sizeof(BlockQ4_0)), hd, hd_pad,
-                            hd_mask, scale, rule, step_pad, scores, acc, m, l);
+              const int64_t v_stride = kv.v_row_bytes / static_cast<int64_t>(sizeof(BlockQ4_0));
+              if constexpr (kAvx512Steps) {
+                if (channel_k_as_is) {
+                  const avx512::ChannelKRegion* kb[StepBlocks::kMax];
+                  for (int64_t b = 0; b < n_blocks; ++b) {
+                    kb[b] = reinterpret_cast<const avx512::ChannelKRegion*>(blocks.kb[b]);
+                  }
+                  step(kb, vb, 0, v_stride);
+                  continue;
+                }
+              }
+              step(blocks.k, vb, hd_pad, v_stride);
               continue;
             }
             default:
               break;
           }
         }
-        token_step<G>(qg, blocks.k, blocks.v, group, bs, n, row_stride, row_stride, hd, hd_pad,
-                      hd_mask, scale, rule, step_pad, scores, acc, m, l);
+        step(blocks.k, blocks.v, row_stride, row_stride);
       }
     }
     if (partial != nullptr) {  // one token, one segment: its rows' states as they are
@@ -522,23 +402,24 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
 
 namespace {
 
-// The kernel for this GQA group size: grouped (3, 2 or 1 heads together) where head_dim % 8 == 0.
+// The kernel for this GQA group size: grouped (3, 2 or 1 heads together) where head_dim % 8 == 0;
+// its steps on AVX-512 vectors where kAvx512Steps.
+template <bool kAvx512Steps>
 auto group_kernel(int64_t n_heads, const PagedKv& kv) {
   const int64_t group = n_heads / kv.n_kv_heads;
   const bool grouped = kv.head_dim % 8 == 0;
-  return grouped && group == 3   ? attention_tokens_group<3>
-         : grouped && group == 2 ? attention_tokens_group<2>
-         : grouped && group == 1 ? attention_tokens_group<1>
-                                 : attention_tokens_group<0>;
+  return grouped && group == 3   ? attention_tokens_group<3, kAvx512Steps>
+         : grouped && group == 2 ? attention_tokens_group<2, kAvx512Steps>
+         : grouped && group == 1 ? attention_tokens_group<1, kAvx512Steps>
+                                 : attention_tokens_group<0, kAvx512Steps>;
 }
 
-}  // namespace
-
-EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
-                                 const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
-                                 const AttentionScores& scores, float* out, int64_t out_stride,
-                                 int64_t kv_head_begin, int64_t kv_head_end) {
-  const auto run = group_kernel(n_heads, kv);
+template <bool kAvx512Steps>
+EMBER_AVX2 void attention_tokens_on(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                                    const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                                    const AttentionScores& scores, float* out, int64_t out_stride,
+                                    int64_t kv_head_begin, int64_t kv_head_end) {
+  const auto run = group_kernel<kAvx512Steps>(n_heads, kv);
   if (!kv.k_channel) {
     return run(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out, out_stride,
                kv_head_begin, kv_head_end, KeyRange{}, nullptr);
@@ -555,13 +436,52 @@ EMBER_AVX2 void attention_tokens(const float* q, int64_t nt, int64_t q_stride, i
   }
 }
 
-EMBER_AVX2 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
-                                  const int32_t* block_table, int64_t ctx_len,
-                                  const AttentionScores& scores, int64_t kv_head, int64_t segment,
-                                  float* partial) {
+template <bool kAvx512Steps>
+EMBER_AVX2 void attention_segment_on(const float* q, int64_t n_heads, const PagedKv& kv,
+                                     const int32_t* block_table, int64_t ctx_len,
+                                     const AttentionScores& scores, int64_t kv_head,
+                                     int64_t segment, float* partial) {
   const int64_t keys = attention_segment_keys(kv.block_size);
-  group_kernel(n_heads, kv)(q, 1, 0, n_heads, kv, block_table, ctx_len, scores, nullptr, 0, kv_head,
-                            kv_head + 1, KeyRange{segment * keys, (segment + 1) * keys}, partial);
+  group_kernel<kAvx512Steps>(n_heads, kv)(q, 1, 0, n_heads, kv, block_table, ctx_len, scores,
+                                          nullptr, 0, kv_head, kv_head + 1,
+                                          KeyRange{segment * keys, (segment + 1) * keys}, partial);
+}
+
+}  // namespace
+
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                      const AttentionScores& scores, float* out, int64_t out_stride,
+                      int64_t kv_head_begin, int64_t kv_head_end) {
+  attention_tokens_on<false>(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out,
+                             out_stride, kv_head_begin, kv_head_end);
+}
+
+void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
+                       const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
+                       int64_t kv_head, int64_t segment, float* partial) {
+  attention_segment_on<false>(q, n_heads, kv, block_table, ctx_len, scores, kv_head, segment,
+                              partial);
 }
 
 }  // namespace ember::cpu::avx2
+
+namespace ember::cpu::avx512 {
+
+// The AVX2 walk over the blocks with the softmax steps on AVX-512 vectors (attention_step.h).
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                      const AttentionScores& scores, float* out, int64_t out_stride,
+                      int64_t kv_head_begin, int64_t kv_head_end) {
+  avx2::attention_tokens_on<true>(q, nt, q_stride, n_heads, kv, block_table, ctx0, scores, out,
+                                  out_stride, kv_head_begin, kv_head_end);
+}
+
+void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
+                       const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
+                       int64_t kv_head, int64_t segment, float* partial) {
+  avx2::attention_segment_on<true>(q, n_heads, kv, block_table, ctx_len, scores, kv_head, segment,
+                                   partial);
+}
+
+}  // namespace ember::cpu::avx512

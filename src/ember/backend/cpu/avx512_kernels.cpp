@@ -1,10 +1,11 @@
 // The AVX-512 kernel set (Isa::Avx512): bf16 matmuls on vdpbf16ps (avx512_matmul_bf16.cpp),
 // quantized matmuls on VNNI int8 dot products (avx512_matmul_q8.cpp) and f32/f16 decode streaming
-// rows in address order (avx512_matmul_float.cpp); every other kernel is the AVX2 one (the table in
-// kernels.cpp points there). Elementwise ops and attention on 135M-class shapes are a few percent
-// of a step and memory- or latency-bound, and the f32/f16 prefill GEMM gains nothing from 512-bit
-// FMAs on CPUs that split them into two 256-bit halves (AMD Zen 4), so those stay on one tested
-// implementation.
+// rows in address order (avx512_matmul_float.cpp); attention's softmax steps on 512-bit vectors
+// (avx512_attention_step.cpp, bit for bit the AVX2 ones: at long contexts attention is most of a
+// decode step and compute-bound); every other kernel is the AVX2 one (the table in kernels.cpp
+// points there). Elementwise ops on 135M-class shapes are a few percent of a step and memory- or
+// latency-bound, and the f32/f16 prefill GEMM gains nothing from 512-bit FMAs on CPUs that split
+// them into two 256-bit halves (AMD Zen 4), so those stay on one tested implementation.
 #include "ember/backend/cpu/avx512_matmul_bf16.h"
 #include "ember/backend/cpu/avx512_matmul_float.h"
 #include "ember/backend/cpu/kernels_isa.h"

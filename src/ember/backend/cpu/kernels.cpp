@@ -65,7 +65,8 @@ constexpr KernelTable kAvx2Table = {
     avx2::matmul_prepared,
 };
 
-// AVX-512 bf16 and int8 matmuls, the AVX2 kernels for the rest (they run on any AVX-512 CPU).
+// AVX-512 bf16 and int8 matmuls and attention steps, the AVX2 kernels for the rest (they run on
+// any AVX-512 CPU).
 constexpr KernelTable kAvx512Table = {
     Isa::Avx512,
     avx512::matmul,
@@ -77,8 +78,8 @@ constexpr KernelTable kAvx512Table = {
     avx2::add_inplace,
     avx2::store_kv,
     avx2::dequantize_row,
-    avx2::attention_tokens,
-    avx2::attention_segment,
+    avx512::attention_tokens,
+    avx512::attention_segment,
     avx2::quantize_activations,
     avx512::matmul_q8,
     avx512::prepared_activation_floats,
@@ -99,7 +100,7 @@ constexpr KernelTable kAmxTable = {
     avx2::store_kv,
     avx2::dequantize_row,
     amx::attention_tokens,
-    avx2::attention_segment,
+    avx512::attention_segment,
     avx2::quantize_activations,
     avx512::matmul_q8,
     amx::prepared_activation_floats,

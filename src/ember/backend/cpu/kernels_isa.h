@@ -101,6 +101,15 @@ void matmul_q8(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y,
 // Compiled with function-level target(EMBER_AVX512_TARGET: AVX-512 F/BW/VL/DQ, BF16, VNNI); call
 // only when the CPU has all of them. The kernels not listed here are the AVX2 ones.
 namespace avx512 {
+// avx2's attention walk with its softmax steps on 512-bit vectors, bit for bit the AVX2 results
+// (attention_step.h).
+void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_heads,
+                      const PagedKv& kv, const int32_t* block_table, int64_t ctx0,
+                      const AttentionScores& scores, float* out, int64_t out_stride,
+                      int64_t kv_head_begin, int64_t kv_head_end);
+void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
+                       const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
+                       int64_t kv_head, int64_t segment, float* partial);
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end);
 int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -181,6 +182,54 @@ TEST(KernelsAttention, WindowAndSoftCapWithReleasedBlocks) {
             ASSERT_NEAR(single[i], want[i], 2e-5) << "window " << window << " cap " << cap;
           }
         }
+      }
+    }
+  }
+}
+
+// The AVX-512 set runs attention's softmax steps on 512-bit vectors (avx512_attention_step.cpp)
+// and promises the AVX2 steps' bits: every cache dtype and per-channel K, GQA groups of 1 to 3,
+// head_dim 8 (no 16-value chunk), 24 (16 + 8), 64, 96 (64 + 32) and 128, blocks of 8 and 16,
+// partial last blocks, a window with a soft-cap, one token and a tile of several.
+TEST(KernelsAttention, Avx512StepsGiveTheAvx2Bits) {
+  const auto isas = supported_isas();
+  if (std::find(isas.begin(), isas.end(), Isa::Avx512) == isas.end()) {
+    GTEST_SKIP() << "this CPU does not run the AVX-512 set";
+  }
+  const Case cases[] = {{9, 3, 64, 16, 1100}, {6, 3, 24, 16, 77}, {4, 4, 128, 16, 200},
+                        {6, 2, 96, 8, 90},    {6, 3, 8, 16, 40},  {8, 4, 32, 16, 64}};
+  const AttentionScores rules[] = {AttentionScores(0.125f), AttentionScores(0.5f, 0.7f, 37)};
+  const auto run = [](Isa isa, const Pool& p, const Case& c, const std::vector<float>& q,
+                      int64_t nt, const AttentionScores& scores) {
+    IsaScope scope(isa);
+    const int64_t qd = c.n_heads * c.head_dim, ctx0 = c.ctx_len - nt + 1;
+    std::vector<float> out(q.size());
+    attention_tokens(q.data(), nt, qd, c.n_heads, p.kv, p.table.data(), ctx0, scores, out.data(),
+                     qd, 0, c.n_kv_heads);
+    return out;
+  };
+  for (const Case& c : cases) {
+    const auto check = [&](const Pool& p) {
+      for (const AttentionScores& scores : rules) {
+        for (int64_t nt : {1, 5}) {
+          SCOPED_TRACE("hd " + std::to_string(c.head_dim) + " group " +
+                       std::to_string(c.n_heads / c.n_kv_heads) + " k " + dtype_name(p.kv.k_dtype) +
+                       (p.kv.k_channel ? " per channel" : "") + " v " + dtype_name(p.kv.v_dtype) +
+                       " nt " + std::to_string(nt) + " window " + std::to_string(scores.window));
+          const auto q = random_floats(nt * c.n_heads * c.head_dim, 44, -2.0f, 2.0f);
+          const auto wide = run(Isa::Avx512, p, c, q, nt, scores);
+          const auto narrow = run(Isa::Avx2, p, c, q, nt, scores);
+          EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), wide.size() * 4), 0);
+        }
+      }
+    };
+    for (DType dtype : kKvDtypes) {
+      const bool quantized = dtype == DType::Q8_0 || dtype == DType::Q4_0;
+      if (!quantized || c.head_dim % kQuantBlock == 0) check(make_pool(c, 41, dtype));
+    }
+    for (DType vd : {DType::Q4_0, DType::F16}) {
+      if (vd != DType::Q4_0 || c.head_dim % kQuantBlock == 0) {
+        check(test::make_channel_pool(c, 43, vd, 0.25f));
       }
     }
   }

@@ -1,0 +1,66 @@
+// Internal to the CPU backend's attention (avx2_attention.cpp drives it): one online-softmax step
+// of one query token's grouped heads, and the per-ISA step kernels it may hand a step to.
+//
+// The AVX-512 steps (avx512_attention_step.cpp) compute exactly what avx2_attention.cpp's grouped
+// token_step does, bit for bit: every (head, key) dot product keeps its eight accumulator lanes and
+// their reduction tree, the scores' exponentials and sums run in the same order per lane, and P V
+// accumulates each output value over the keys in the same order. So a model's results do not
+// depend on which of the two ran a step (the single-token / query-tile / segment tests hold across
+// them), while a 512-bit FMA does the work of two 256-bit ones.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "ember/backend/cpu/avx512_util.h"
+#include "ember/core/dtype.h"
+
+namespace ember::cpu {
+
+// Where a step's keys start and what the scores rule adds to scale * (q . k): keys before `first`
+// (outside a sliding window) get -inf, and a soft-cap bends the rest (attention_scores.h). A step
+// is never entirely before `first` (those are skipped), so every step has a finite score.
+struct StepRule {
+  int64_t p0 = 0;     // the step's first key position
+  int64_t first = 0;  // the first key the token attends to
+  float softcap = 0.0f;
+  bool active() const { return first > p0 || softcap > 0.0f; }
+};
+
+inline void apply_step_rule(float* s, int64_t n, const StepRule& rule) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (rule.p0 + i < rule.first) {
+      s[i] = -INFINITY;
+    } else if (rule.softcap > 0.0f) {
+      s[i] = rule.softcap * std::tanh(s[i] / rule.softcap);
+    }
+  }
+}
+
+namespace avx2 {
+struct Bf16;  // avx2_kv_rows.h
+}  // namespace avx2
+
+namespace avx512 {
+
+// The K "row element" of a sealed per-channel q4_0 block (kv_channel_blocks.h): kb[b] points at
+// the (block, kv head) region itself, whose bs rows are all present; bs % 8 == 0, hd % 16 == 0.
+struct ChannelKRegion {
+  uint8_t byte;
+};
+
+// One softmax step of one token for the G query heads of a kv head (qg: their queries, hd apart;
+// hd % 8 == 0): the step's scores into scores [G, step_pad], the online-softmax update of m, l and
+// acc [G, hd_pad], then acc += P V. The step's n keys lie in blocks of bs rows: K rows at kb[b],
+// k_stride elements apart, V rows at vb[b], v_stride apart. Row elements: float, uint16_t (f16),
+// avx2::Bf16, BlockQ8_0 / BlockQ4_0 (hd % 32 == 0), or per-channel K (widened to float, or sealed
+// regions read as they are: ChannelKRegion, k_stride unused) with BlockQ4_0 V. Call only where the
+// CPU has the AVX-512 set (kernels.cpp).
+template <int G, typename KElem, typename VElem>
+EMBER_AVX512 void token_step(const float* qg, const KElem* const* kb, const VElem* const* vb,
+                             int64_t bs, int64_t n, int64_t k_stride, int64_t v_stride, int64_t hd,
+                             int64_t hd_pad, float scale, const StepRule& rule, int64_t step_pad,
+                             float* scores, float* acc, float* m, float* l);
+
+}  // namespace avx512
+}  // namespace ember::cpu
