@@ -52,17 +52,18 @@ EMBER_AVX512_INLINE __m128i two_halves(const void* a, const void* b) {
 }
 
 // Values [d, d + 8) of rows ki and kj as f32: ki's in the low half, kj's in the high one (what
-// avx2::load_kv8 gives for each). Each half is a masked load (the other lanes are neither read nor
-// able to fault), so the pair costs no shuffle.
+// avx2::load_kv8 gives for each). (Not masked loads: from memory those cost more than the shuffle.)
 template <typename Elem>
 EMBER_AVX512_INLINE __m512 load_pair8(const Elem* ki, const Elem* kj, int64_t d) {
-  constexpr auto low = static_cast<__mmask16>(0x00ff), high = static_cast<__mmask16>(0xff00);
   if constexpr (std::is_same_v<Elem, float>) {
-    return _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(low, ki + d), high, kj + d - 8);
+    return _mm512_maskz_insertf32x8(kAll,
+                                    _mm512_maskz_broadcast_f32x8(kAll, _mm256_loadu_ps(ki + d)),
+                                    _mm256_loadu_ps(kj + d), 1);
   } else {
     static_assert(sizeof(Elem) == 2, "f16 or bf16 rows");
-    const __m256i h =
-        _mm256_mask_loadu_epi16(_mm256_maskz_loadu_epi16(low, ki + d), high, kj + d - 8);
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ki + d))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kj + d)), 1);
     if constexpr (std::is_same_v<Elem, uint16_t>) return _mm512_maskz_cvtph_ps(kAll, h);
     return widen_bf16(h);
   }
