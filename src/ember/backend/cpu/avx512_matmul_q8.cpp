@@ -1,8 +1,8 @@
 // AVX-512 (VNNI) matmul on 8-bit activations for
 // q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q2_k..q6_k/iq4_xs: Interleaved8 matrices (what the loader
 // makes) run the shared interleaved tiles with vpdpbusd (AVX512_VNNI on 256-bit vectors, the 8-row
-// groups filling one exactly); q8_0 and q4_0 with several tokens run two groups per 512-bit vector
-// (EMBER_TILE_WIDE: the same integers and bits; on Zen 5, which executes 512-bit ops whole,
+// groups filling one exactly); q8_0 and q4_0 with more than 4 tokens run two groups per 512-bit
+// vector (EMBER_TILE_WIDE: the same integers and bits; on Zen 5, which executes 512-bit ops whole,
 // SmolLM2-shaped q8_0 prefill of 512 tokens went 1,471 -> 1,947 tok/s); Rows-layout matrices
 // (--no-interleave) keep the AVX2 kernel.
 #include <algorithm>
