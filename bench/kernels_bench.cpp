@@ -259,8 +259,8 @@ ChannelK channel_k(int64_t n_blocks, int64_t n_kv, int64_t hd, int64_t bs, uint3
   return c;
 }
 
-void BM_Attention(benchmark::State& state) {
-  const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
+void attention_bench(benchmark::State& state, int64_t n_heads, int64_t n_kv, int64_t hd) {
+  const int64_t ctx = state.range(0), bs = 16;
   const bool channel = state.range(1) == kKvChannel;
   const DType dtype = channel ? DType::Q4_0 : kKvDtypes[state.range(1)];
   const int64_t n_blocks = (ctx + bs - 1) / bs;
@@ -291,9 +291,23 @@ void BM_Attention(benchmark::State& state) {
   state.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " " + dtype_name(dtype) +
                  (channel ? " K per channel" : ""));
 }
+// SmolLM2's attention: 9 query heads over 3 kv heads (GQA groups of 3), head_dim 64.
+void BM_Attention(benchmark::State& state) {
+  attention_bench(state, 9, 3, 64);
+}
 BENCHMARK(BM_Attention)
     ->ArgNames({"ctx", "kv"})
     ->ArgsProduct({{512, 8192, 65536}, {0, 1, 2, 3, 4, 5}})  // 65536: 100 MB of f32 K/V, from DRAM
+    ->Unit(benchmark::kMicrosecond);
+
+// Llama-3-8B's groups of 4 (a quarter of its 32 query heads over 8 kv heads), head_dim 128:
+// grouped on AVX-512, head by head (K/V widened into the scratch first) on AVX2.
+void BM_AttentionGroup4(benchmark::State& state) {
+  attention_bench(state, 8, 2, 128);
+}
+BENCHMARK(BM_AttentionGroup4)
+    ->ArgNames({"ctx", "kv"})
+    ->ArgsProduct({{8192}, {1, 2, 3, 5}})
     ->Unit(benchmark::kMicrosecond);
 
 // A batched decode step's attention: 32 sequences of `ctx` tokens, one decode token each, over all

@@ -9,8 +9,8 @@
 //   m') v
 // and at the end out = acc / l.
 //
-// With GQA groups of up to 3 heads and head_dim % 8 == 0 (SmolLM2: 3 and 64) the group's heads run
-// together (the grouped kernels below); otherwise head by head. A narrow cache (f16, bf16, and
+// With GQA groups of up to 3 heads (4 on AVX-512) and head_dim % 8 == 0 (SmolLM2: 3 and 64) the
+// group's heads run together (the grouped kernels below); otherwise head by head. A narrow cache (f16, bf16, and
 // q8_0/q4_0 in 32-value groups; K and V of one dtype) read by one token is widened (exactly) in
 // registers by the grouped kernels, 8 values at a time; read by several tokens, on the head-by-head
 // path, or in any other combination, each (block, kv head) is widened once into per-thread f32 rows
@@ -402,12 +402,17 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
 
 namespace {
 
-// The kernel for this GQA group size: grouped (3, 2 or 1 heads together) where head_dim % 8 == 0;
-// its steps on AVX-512 vectors where kAvx512Steps.
+// The kernel for this GQA group size: grouped (3, 2 or 1 heads together; 4 too on AVX-512, whose 32
+// registers hold the 16 accumulators) where head_dim % 8 == 0; its steps on AVX-512 vectors where
+// kAvx512Steps. A group of 4 gives the bits of the head-by-head path the AVX2 set runs it on: per
+// (head, key) the same accumulators, tree and order (KernelsAttention.Avx512StepsGiveTheAvx2Bits).
 template <bool kAvx512Steps>
 auto group_kernel(int64_t n_heads, const PagedKv& kv) {
   const int64_t group = n_heads / kv.n_kv_heads;
   const bool grouped = kv.head_dim % 8 == 0;
+  if constexpr (kAvx512Steps) {
+    if (grouped && group == 4) return attention_tokens_group<4, true>;
+  }
   return grouped && group == 3   ? attention_tokens_group<3, kAvx512Steps>
          : grouped && group == 2 ? attention_tokens_group<2, kAvx512Steps>
          : grouped && group == 1 ? attention_tokens_group<1, kAvx512Steps>

@@ -425,7 +425,8 @@ EMBER_AVX512 void token_step(const float* qg, const KElem* const* kb, const VEle
 #define EMBER_TOKEN_STEPS(K, V) \
   EMBER_TOKEN_STEP(1, K, V)     \
   EMBER_TOKEN_STEP(2, K, V)     \
-  EMBER_TOKEN_STEP(3, K, V)
+  EMBER_TOKEN_STEP(3, K, V)     \
+  EMBER_TOKEN_STEP(4, K, V)
 EMBER_TOKEN_STEPS(float, float)
 EMBER_TOKEN_STEPS(uint16_t, uint16_t)
 EMBER_TOKEN_STEPS(Bf16, Bf16)
