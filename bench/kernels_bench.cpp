@@ -300,14 +300,14 @@ BENCHMARK(BM_Attention)
     ->ArgsProduct({{512, 8192, 65536}, {0, 1, 2, 3, 4, 5}})  // 65536: 100 MB of f32 K/V, from DRAM
     ->Unit(benchmark::kMicrosecond);
 
-// Llama-3-8B's groups of 4 (a quarter of its 32 query heads over 8 kv heads), head_dim 128:
-// grouped on AVX-512, head by head (K/V widened into the scratch first) on AVX2.
-void BM_AttentionGroup4(benchmark::State& state) {
-  attention_bench(state, 8, 2, 128);
+// Llama-3-8B's groups of 4 and Llama-3-70B's of 8 (2 kv heads' worth of their query heads),
+// head_dim 128: grouped on AVX-512 (8 as two passes of 4), 2 at a time on AVX2.
+void BM_AttentionGroups(benchmark::State& state) {
+  attention_bench(state, 2 * state.range(2), 2, 128);
 }
-BENCHMARK(BM_AttentionGroup4)
-    ->ArgNames({"ctx", "kv"})
-    ->ArgsProduct({{8192}, {1, 2, 3, 5}})
+BENCHMARK(BM_AttentionGroups)
+    ->ArgNames({"ctx", "kv", "group"})
+    ->ArgsProduct({{8192}, {1, 2, 3, 5}, {4, 8}})
     ->Unit(benchmark::kMicrosecond);
 
 // A batched decode step's attention: 32 sequences of `ctx` tokens, one decode token each, over all

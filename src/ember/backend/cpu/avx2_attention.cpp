@@ -9,12 +9,12 @@
 //   m') v
 // and at the end out = acc / l.
 //
-// With GQA groups of up to 3 heads (4 on AVX-512) and head_dim % 8 == 0 (SmolLM2: 3 and 64) the
-// group's heads run together (the grouped kernels below); otherwise head by head. A narrow cache (f16, bf16, and
-// q8_0/q4_0 in 32-value groups; K and V of one dtype) read by one token is widened (exactly) in
-// registers by the grouped kernels, 8 values at a time; read by several tokens, on the head-by-head
-// path, or in any other combination, each (block, kv head) is widened once into per-thread f32 rows
-// for all of them (kv_row_format.h gives the formats).
+// Where head_dim % 8 == 0 (SmolLM2: 64) the group's heads run together, up to 3 at a time (4 on
+// AVX-512; a group of 8 as two passes of 4), by the grouped kernels below; otherwise head by head.
+// A narrow cache (f16, bf16, and q8_0/q4_0 in 32-value groups; K and V of one dtype) read by one
+// token is widened (exactly) in registers by the grouped kernels, 8 values at a time; read by
+// several tokens, on the head-by-head path, or in any other combination, each (block, kv head) is
+// widened once into per-thread f32 rows for all of them (kv_row_format.h gives the formats).
 //
 // The walk over the blocks here is shared with the AVX-512 set, which hands each softmax step of
 // the grouped heads to avx512::token_step (attention_step.h: the same bits on 512-bit vectors, and
@@ -310,12 +310,23 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         float* acc = scratch.acc.data() + u * group * hd_pad;
         float* m = scratch.m.data() + u * group;
         float* l = scratch.l.data() + u * group;
-        // The step on this ISA's kernels (the same bits either way: attention_step.h).
+        // The step on this ISA's kernels (the same bits either way: attention_step.h), the
+        // group's heads G at a time (a GQA group of 8 as two passes of 4: each head's operations
+        // are its own, so the split changes no bit).
         const auto step = [&](const auto* const* kb, const auto* const* vb, int64_t k_stride,
                               int64_t v_stride) EMBER_AVX2_LAMBDA {
-          if constexpr (kAvx512Steps && G > 0) {
-            avx512::token_step<G>(qg, kb, vb, bs, n, k_stride, v_stride, hd, hd_pad, scale, rule,
-                                  step_pad, scores, acc, m, l);
+          if constexpr (G > 0) {
+            for (int64_t h = 0; h < group; h += G) {
+              if constexpr (kAvx512Steps) {
+                avx512::token_step<G>(qg + h * hd, kb, vb, bs, n, k_stride, v_stride, hd, hd_pad,
+                                      scale, rule, step_pad, scores, acc + h * hd_pad, m + h,
+                                      l + h);
+              } else {
+                token_step<G>(qg + h * hd, kb, vb, G, bs, n, k_stride, v_stride, hd, hd_pad,
+                              hd_mask, scale, rule, step_pad, scores, acc + h * hd_pad, m + h,
+                              l + h);
+              }
+            }
           } else {
             token_step<G>(qg, kb, vb, group, bs, n, k_stride, v_stride, hd, hd_pad, hd_mask, scale,
                           rule, step_pad, scores, acc, m, l);
@@ -402,21 +413,21 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
 
 namespace {
 
-// The kernel for this GQA group size: grouped (3, 2 or 1 heads together; 4 too on AVX-512, whose 32
-// registers hold the 16 accumulators) where head_dim % 8 == 0; its steps on AVX-512 vectors where
-// kAvx512Steps. A group of 4 gives the bits of the head-by-head path the AVX2 set runs it on: per
-// (head, key) the same accumulators, tree and order (KernelsAttention.Avx512StepsGiveTheAvx2Bits).
+// The kernel for this GQA group size where head_dim % 8 == 0: its heads G at a time, G the largest
+// of 3, 2, 1 (4, 3, 2, 1 on AVX-512, whose 32 registers hold 16 accumulators) that divides the
+// group; head by head (G = 0) otherwise. Its steps on AVX-512 vectors where kAvx512Steps. Per
+// (head, key) the grouped kernels keep the head-by-head kernel's accumulators, tree and order, so
+// the choice of G changes no bit (KernelsAttention.Avx512StepsGiveTheAvx2Bits: groups of 4 to 8).
 template <bool kAvx512Steps>
 auto group_kernel(int64_t n_heads, const PagedKv& kv) {
   const int64_t group = n_heads / kv.n_kv_heads;
-  const bool grouped = kv.head_dim % 8 == 0;
+  if (kv.head_dim % 8 != 0) return attention_tokens_group<0, kAvx512Steps>;
   if constexpr (kAvx512Steps) {
-    if (grouped && group == 4) return attention_tokens_group<4, true>;
+    if (group % 4 == 0) return attention_tokens_group<4, true>;
   }
-  return grouped && group == 3   ? attention_tokens_group<3, kAvx512Steps>
-         : grouped && group == 2 ? attention_tokens_group<2, kAvx512Steps>
-         : grouped && group == 1 ? attention_tokens_group<1, kAvx512Steps>
-                                 : attention_tokens_group<0, kAvx512Steps>;
+  return group % 3 == 0   ? attention_tokens_group<3, kAvx512Steps>
+         : group % 2 == 0 ? attention_tokens_group<2, kAvx512Steps>
+                          : attention_tokens_group<1, kAvx512Steps>;
 }
 
 template <bool kAvx512Steps>

@@ -188,8 +188,8 @@ TEST(KernelsAttention, WindowAndSoftCapWithReleasedBlocks) {
 }
 
 // The AVX-512 set runs attention's softmax steps on 512-bit vectors (avx512_attention_step.cpp)
-// and promises the AVX2 steps' bits: every cache dtype and per-channel K, GQA groups of 1 to 3 and
-// 4 (grouped on AVX-512, head by head on AVX2),
+// and promises the AVX2 steps' bits: every cache dtype and per-channel K, GQA groups of 1 to 8 (4
+// and 8 as passes of 4 on AVX-512, of 2 on AVX2; 5 and 7 one head at a time),
 // head_dim 8 (no 16-value chunk), 24 (16 + 8), 64, 96 (64 + 32) and 128, blocks of 8 and 16,
 // partial last blocks, a window with a soft-cap, one token and a tile of several.
 TEST(KernelsAttention, Avx512StepsGiveTheAvx2Bits) {
@@ -199,7 +199,9 @@ TEST(KernelsAttention, Avx512StepsGiveTheAvx2Bits) {
   }
   const Case cases[] = {{9, 3, 64, 16, 1100}, {6, 3, 24, 16, 77},  {4, 4, 128, 16, 200},
                         {6, 2, 96, 8, 90},    {6, 3, 8, 16, 40},   {8, 4, 32, 16, 64},
-                        {12, 3, 64, 16, 150}, {8, 2, 128, 16, 90}, {8, 2, 24, 16, 45}};
+                        {12, 3, 64, 16, 150}, {8, 2, 128, 16, 90}, {8, 2, 24, 16, 45},
+                        {16, 2, 64, 16, 100}, {12, 2, 64, 16, 70}, {10, 2, 32, 16, 60},
+                        {14, 2, 64, 16, 40}};
   const AttentionScores rules[] = {AttentionScores(0.125f), AttentionScores(0.5f, 0.7f, 37)};
   const auto run = [](Isa isa, const Pool& p, const Case& c, const std::vector<float>& q,
                       int64_t nt, const AttentionScores& scores) {
