@@ -5,6 +5,7 @@
 // error that ends every rank. Skips without MPI (a build without it, no mpirun) and under
 // AddressSanitizer (LeakSanitizer reports OpenMPI's own allocations at MPI_Init).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -211,20 +212,23 @@ TEST(CliTensorParallel, SmolLM2ShapeSplitByHeadsAndByLayersMatchesOneProcess) {
             0);
   expect_split_runs_match(gguf.string(), " --dtype f32", 49152, {{"--tp 3", 3}, {"--pp 2", 2}});
 
-  // A rank stopped (SIGSTOP) in the middle of a generation (3 s after the ranks start; 1,900
-  // tokens take longer): the others wait --rank-timeout 2 s in their next collective, say so, and
-  // the job ends on every rank (the stopped one too).
-  const std::string marker = "stalled-rank-test";
+  // A rank stopped (SIGSTOP) in the middle of a generation (once rank 0 has printed some tokens;
+  // 1,900 tokens take longer than the rest): the others wait --rank-timeout 2 s in their next
+  // collective, say so, and the job ends on every rank (the stopped one too). (A fixed delay after
+  // the ranks start caught them still loading on a loaded machine.) The marker is unique to this
+  // run, so a concurrent run of the same test cannot take its ranks for ours.
+  const std::string marker = "stalled-rank-test-" + std::to_string(::getpid());
   const std::string script =
-      "cd " + test::shell_quote(dir.string()) + " && start=$(date +%s%N); (timeout 60 mpirun " +
+      "cd " + test::shell_quote(dir.string()) + " || exit 1; (timeout 60 mpirun " +
       "--allow-run-as-root --oversubscribe -np 3 " + test::shell_quote(test::ember_binary()) +
       " run -m " + test::shell_quote(gguf.string()) + " --dtype f32 -t 1 --tp 3 -c 2048 -n 1900" +
-      " --temp 0.8 --rank-timeout 2 -p " + marker + " >/dev/null 2>stall.err; echo $? >stall.rc; " +
-      "echo $(( ($(date +%s%N) - start) / 1000000 )) >stall.ms) & " +
-      "for i in $(seq 200); do ranks=$(for p in $(pgrep -x ember); do " + "grep -qa " + marker +
+      " --temp 0.8 --rank-timeout 2 -p " + marker + " >stall.out 2>stall.err; echo $? >stall.rc; " +
+      "date +%s%N >stall.end) & " +
+      "for i in $(seq 1200); do ranks=$(for p in $(pgrep -x ember); do " + "grep -qa " + marker +
       " /proc/$p/cmdline 2>/dev/null && echo $p; done); " +
-      "[ $(echo $ranks | wc -w) -eq 3 ] && break; sleep 0.05; done; sleep 3; " +
-      "kill -STOP $(echo $ranks | awk '{print $NF}'); wait; " +
+      "[ $(echo $ranks | wc -w) -eq 3 ] && [ $(wc -c <stall.out) -gt " +
+      std::to_string(marker.size() + 40) + " ] && break; sleep 0.05; done; " +
+      "date +%s%N >stall.stop; kill -STOP $(echo $ranks | awk '{print $NF}'); wait; " +
       "for p in $(pgrep -x ember); do grep -qa " + marker + " /proc/$p/cmdline 2>/dev/null && " +
       "echo left $p; done; true";
   std::string left;
@@ -235,7 +239,9 @@ TEST(CliTensorParallel, SmolLM2ShapeSplitByHeadsAndByLayersMatchesOneProcess) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
   EXPECT_NE(std::atoi(slurp("stall.rc").c_str()), 0);
-  EXPECT_LT(std::atoi(slurp("stall.ms").c_str()), 20000) << "the job ended within the timeout";
+  const double stalled_ms =
+      (std::stod(slurp("stall.end")) - std::stod(slurp("stall.stop"))) / 1e6;  // ns -> ms
+  EXPECT_LT(stalled_ms, 20000) << "the job ended within the timeout";
   // (Which wait it names depends on where the stop caught the others: the all-reduce, the
   // logits' gather.)
   EXPECT_NE(slurp("stall.err").find("the other ranks did not reach the "), std::string::npos)
