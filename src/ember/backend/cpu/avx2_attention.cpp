@@ -193,24 +193,26 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   thread_local AttentionScratch scratch;
   const int64_t hd = kv.head_dim, bs = kv.block_size, n_kv = kv.n_kv_heads;
   const int64_t group = n_heads / n_kv, rows = nt * group;
+  // Every kv head of the call keeps its rows' states; all rows: [n_g, rows].
+  const int64_t n_g = kv_head_end - kv_head_begin, all_rows = n_g * rows;
   const int64_t hd_pad = (hd + 7) / 8 * 8;
   const int64_t step_blocks = std::max<int64_t>(1, kSoftmaxStepKeys / bs);
   const int64_t step_keys = step_blocks * bs, step_pad = (step_keys + 7) / 8 * 8;
   const __m256i hd_mask = tail_mask(hd % 8);
-  if (static_cast<int64_t>(scratch.acc.size()) < rows * hd_pad) {
-    scratch.acc.resize(static_cast<size_t>(rows * hd_pad));
+  if (static_cast<int64_t>(scratch.acc.size()) < all_rows * hd_pad) {
+    scratch.acc.resize(static_cast<size_t>(all_rows * hd_pad));
   }
   if (static_cast<int64_t>(scratch.scores.size()) < group * step_pad) {
     scratch.scores.resize(static_cast<size_t>(group * step_pad));
   }
-  if (static_cast<int64_t>(scratch.m.size()) < rows) {
-    scratch.m.resize(static_cast<size_t>(rows));
-    scratch.l.resize(static_cast<size_t>(rows));
-    scratch.total_m.resize(static_cast<size_t>(rows));
-    scratch.total_l.resize(static_cast<size_t>(rows));
+  if (static_cast<int64_t>(scratch.m.size()) < all_rows) {
+    scratch.m.resize(static_cast<size_t>(all_rows));
+    scratch.l.resize(static_cast<size_t>(all_rows));
+    scratch.total_m.resize(static_cast<size_t>(all_rows));
+    scratch.total_l.resize(static_cast<size_t>(all_rows));
   }
-  if (static_cast<int64_t>(scratch.total_acc.size()) < rows * hd_pad) {
-    scratch.total_acc.resize(static_cast<size_t>(rows * hd_pad));
+  if (static_cast<int64_t>(scratch.total_acc.size()) < all_rows * hd_pad) {
+    scratch.total_acc.resize(static_cast<size_t>(all_rows * hd_pad));
   }
   const PoolRead read = pool_read(kv, G, nt);
   if ((read == PoolRead::Widened || read == PoolRead::ChannelQ4) &&
@@ -239,34 +241,39 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   const int64_t walk_begin = std::max(p_start, keys.begin);
   const int64_t walk_end = std::min(ctx_last, keys.end);
   const auto start_segment = [&] {
-    std::fill(scratch.acc.begin(), scratch.acc.begin() + rows * hd_pad, 0.0f);
-    std::fill(scratch.m.begin(), scratch.m.begin() + rows, -INFINITY);
-    std::fill(scratch.l.begin(), scratch.l.begin() + rows, 0.0f);
+    std::fill(scratch.acc.begin(), scratch.acc.begin() + all_rows * hd_pad, 0.0f);
+    std::fill(scratch.m.begin(), scratch.m.begin() + all_rows, -INFINITY);
+    std::fill(scratch.l.begin(), scratch.l.begin() + all_rows, 0.0f);
   };
   const auto fold_segment = [&] {
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < all_rows; ++r) {
       fold_attention_state(scratch.total_acc.data() + r * hd_pad, &scratch.total_m[r],
                            &scratch.total_l[r], scratch.acc.data() + r * hd_pad, scratch.m[r],
                            scratch.l[r], hd);
     }
   };
 
-  for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
-    start_segment();
-    std::fill(scratch.total_acc.begin(), scratch.total_acc.begin() + rows * hd_pad, 0.0f);
-    std::fill(scratch.total_m.begin(), scratch.total_m.begin() + rows, -INFINITY);
-    std::fill(scratch.total_l.begin(), scratch.total_l.begin() + rows, 0.0f);
-    for (int64_t p0 = walk_begin; p0 < walk_end; p0 += step_keys) {
-      if (p0 % segment_keys == 0 && p0 > walk_begin) {
-        fold_segment();
-        start_segment();
-      }
-      // This step's blocks for kv head g: each holds bs consecutive rows of hd values.
-      const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
-      // Per-channel K of a step whose blocks are all sealed (not the token's own) is read as it is
-      // by the AVX-512 step, not widened into the scratch first.
-      const bool channel_k_as_is = kAvx512Steps && read == PoolRead::ChannelQ4 && bs % 8 == 0 &&
-                                   hd % 16 == 0 && p0 / bs + n_blocks - 1 < (ctx_last - 1) / bs;
+  // Steps outside, kv heads inside: a block's rows of consecutive kv heads are adjacent in the pool
+  // (head-major within a block), so the call reads one run per block of all its heads' rows
+  // instead of a head's short run per block (1 KiB for SmolLM2 in q8_0), which memory serves at
+  // a fraction of the rate of longer runs. Each head's operations are the same either way.
+  start_segment();
+  std::fill(scratch.total_acc.begin(), scratch.total_acc.begin() + all_rows * hd_pad, 0.0f);
+  std::fill(scratch.total_m.begin(), scratch.total_m.begin() + all_rows, -INFINITY);
+  std::fill(scratch.total_l.begin(), scratch.total_l.begin() + all_rows, 0.0f);
+  for (int64_t p0 = walk_begin; p0 < walk_end; p0 += step_keys) {
+    if (p0 % segment_keys == 0 && p0 > walk_begin) {
+      fold_segment();
+      start_segment();
+    }
+    // This step's blocks: each holds bs consecutive rows of hd values per kv head.
+    const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
+    // Per-channel K of a step whose blocks are all sealed (not the token's own) is read as it is
+    // by the AVX-512 step, not widened into the scratch first.
+    const bool channel_k_as_is = kAvx512Steps && read == PoolRead::ChannelQ4 && bs % 8 == 0 &&
+                                 hd % 16 == 0 && p0 / bs + n_blocks - 1 < (ctx_last - 1) / bs;
+    for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
+      const int64_t head_row0 = (g - kv_head_begin) * rows;  // g's first row in the states
       for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t pb = p0 + b * bs;
         const int64_t first = kv.row_index(block_of(pb / bs), 0, g);
@@ -307,9 +314,9 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         if (p0 >= ctx_len || p0 + step_keys <= rule.first) continue;
         const int64_t n = std::min(step_keys, ctx_len - p0);
         const float* qg = q + u * q_stride + g * group * hd;  // the group's heads are consecutive
-        float* acc = scratch.acc.data() + u * group * hd_pad;
-        float* m = scratch.m.data() + u * group;
-        float* l = scratch.l.data() + u * group;
+        float* acc = scratch.acc.data() + (head_row0 + u * group) * hd_pad;
+        float* m = scratch.m.data() + head_row0 + u * group;
+        float* l = scratch.l.data() + head_row0 + u * group;
         // The step on this ISA's kernels (the same bits either way: attention_step.h), the
         // group's heads G at a time (a GQA group of 8 as two passes of 4: each head's operations
         // are its own, so the split changes no bit).
@@ -383,21 +390,25 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         step(blocks.k, blocks.v, row_stride, row_stride);
       }
     }
-    if (partial != nullptr) {  // one token, one segment: its rows' states as they are
-      for (int64_t j = 0; j < group; ++j) {
-        float* state = partial + ((g - kv_head_begin) * group + j) * (hd + 2);
-        std::copy_n(scratch.acc.data() + j * hd_pad, hd, state);
-        state[hd] = scratch.m[j];
-        state[hd + 1] = scratch.l[j];
-      }
-      continue;
+  }
+  if (partial != nullptr) {  // one token, one segment: its rows' states as they are
+    for (int64_t r = 0; r < all_rows;
+         ++r) {  // nt = 1: row r is query head kv_head_begin * group + r
+      float* state = partial + r * (hd + 2);
+      std::copy_n(scratch.acc.data() + r * hd_pad, hd, state);
+      state[hd] = scratch.m[r];
+      state[hd + 1] = scratch.l[r];
     }
-    fold_segment();
+    return;
+  }
+  fold_segment();
+  for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
+    const int64_t head_row0 = (g - kv_head_begin) * rows;
     for (int64_t u = 0; u < nt; ++u) {
       for (int64_t j = 0; j < group; ++j) {
-        const float lj = scratch.total_l[u * group + j];
+        const float lj = scratch.total_l[head_row0 + u * group + j];
         const __m256 inv = _mm256_set1_ps(lj > 0.0f ? 1.0f / lj : 0.0f);
-        const float* a = scratch.total_acc.data() + (u * group + j) * hd_pad;
+        const float* a = scratch.total_acc.data() + (head_row0 + u * group + j) * hd_pad;
         float* o = out + u * out_stride + (g * group + j) * hd;
         int64_t d = 0;
         for (; d + 8 <= hd; d += 8) {
@@ -455,11 +466,11 @@ EMBER_AVX2 void attention_tokens_on(const float* q, int64_t nt, int64_t q_stride
 template <bool kAvx512Steps>
 EMBER_AVX2 void attention_segment_on(const float* q, int64_t n_heads, const PagedKv& kv,
                                      const int32_t* block_table, int64_t ctx_len,
-                                     const AttentionScores& scores, int64_t kv_head,
-                                     int64_t segment, float* partial) {
+                                     const AttentionScores& scores, int64_t kv_head_begin,
+                                     int64_t kv_head_end, int64_t segment, float* partial) {
   const int64_t keys = attention_segment_keys(kv.block_size);
   group_kernel<kAvx512Steps>(n_heads, kv)(q, 1, 0, n_heads, kv, block_table, ctx_len, scores,
-                                          nullptr, 0, kv_head, kv_head + 1,
+                                          nullptr, 0, kv_head_begin, kv_head_end,
                                           KeyRange{segment * keys, (segment + 1) * keys}, partial);
 }
 
@@ -475,9 +486,10 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
 
 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
-                       int64_t kv_head, int64_t segment, float* partial) {
-  attention_segment_on<false>(q, n_heads, kv, block_table, ctx_len, scores, kv_head, segment,
-                              partial);
+                       int64_t kv_head_begin, int64_t kv_head_end, int64_t segment,
+                       float* partial) {
+  attention_segment_on<false>(q, n_heads, kv, block_table, ctx_len, scores, kv_head_begin,
+                              kv_head_end, segment, partial);
 }
 
 }  // namespace ember::cpu::avx2
@@ -495,9 +507,10 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
 
 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
-                       int64_t kv_head, int64_t segment, float* partial) {
-  avx2::attention_segment_on<true>(q, n_heads, kv, block_table, ctx_len, scores, kv_head, segment,
-                                   partial);
+                       int64_t kv_head_begin, int64_t kv_head_end, int64_t segment,
+                       float* partial) {
+  avx2::attention_segment_on<true>(q, n_heads, kv, block_table, ctx_len, scores, kv_head_begin,
+                                   kv_head_end, segment, partial);
 }
 
 }  // namespace ember::cpu::avx512

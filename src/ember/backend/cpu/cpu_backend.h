@@ -107,7 +107,7 @@ class CpuBackend : public Backend {
   // attention_by_segments: its work items (a tile's kv head, one segment or -1 for the whole
   // call; where its state goes in attention_partials_), the states, a head's folded total.
   struct SegmentItem {
-    int64_t tile, kv_head, segment, partial_at;
+    int64_t tile, kv_head, kv_head_end, segment, partial_at;
   };
   std::vector<SegmentItem> attention_items_;
   std::vector<float> attention_partials_, attention_total_;

@@ -86,21 +86,27 @@ bool CpuBackend::attention_by_segments(const KvStorage& kv, const PagedKv& view,
   const int64_t n_kv = view.n_kv_heads, hd = view.head_dim, qd = n_heads * hd;
   const int64_t group = n_heads / n_kv, state = group * (hd + 2);
   const int64_t segment_keys = attention_segment_keys(view.block_size);
-  // Items: (tile, kv head, segment) for the single tokens whose keys span several segments,
-  // (tile, kv head, -1: one whole call) for the rest; last tile first, as attention_untimed.
+  // Items: (tile, kv heads, segment) for the single tokens whose keys span several segments,
+  // (tile, kv head, -1: one whole call) for the rest; last tile first, as attention_untimed. A
+  // context with segments enough for every thread twice over gives each segment all kv heads (a
+  // block's rows of all heads are one run in memory: kernels.h), a shorter one a kv head each.
   attention_items_.clear();
   int64_t partials = 0;
+  const auto threads = static_cast<int64_t>(threads_.size());
   for (size_t i = attention_tiles_.size(); i-- > 0;) {
     const auto [t, nt] = attention_tiles_[i];
     const int64_t ctx = batch.positions[static_cast<size_t>(t)] + 1;
     const int64_t first = scores.first_key(ctx) / segment_keys, last = (ctx - 1) / segment_keys;
-    for (int64_t g = 0; g < n_kv; ++g) {
+    const int64_t span = last - first + 1 >= 2 * threads ? n_kv : 1;
+    for (int64_t g = 0; g < n_kv; g += span) {
       if (nt != 1 || last == first) {
-        attention_items_.push_back({static_cast<int64_t>(i), g, -1, 0});
+        for (int64_t h = g; h < g + span; ++h) {
+          attention_items_.push_back({static_cast<int64_t>(i), h, h + 1, -1, 0});
+        }
         continue;
       }
-      for (int64_t s = first; s <= last; ++s, partials += state) {
-        attention_items_.push_back({static_cast<int64_t>(i), g, s, partials});
+      for (int64_t s = first; s <= last; ++s, partials += span * state) {
+        attention_items_.push_back({static_cast<int64_t>(i), g, g + span, s, partials});
       }
     }
   }
@@ -120,7 +126,8 @@ bool CpuBackend::attention_by_segments(const KvStorage& kv, const PagedKv& view,
                              out + t * qd, qd, item.kv_head, item.kv_head + 1);
           } else {
             attention_segment(q + t * qd, n_heads, view, table_of(t), ctx, scores, item.kv_head,
-                              item.segment, attention_partials_.data() + item.partial_at);
+                              item.kv_head_end, item.segment,
+                              attention_partials_.data() + item.partial_at);
           }
         }
       });
@@ -136,7 +143,8 @@ bool CpuBackend::attention_by_segments(const KvStorage& kv, const PagedKv& view,
     }
     if (head.segment >= 0) {
       const int64_t t = attention_tiles_[static_cast<size_t>(head.tile)].first;
-      for (int64_t j = 0; j < group; ++j) {
+      // The query heads of kv heads [kv_head, kv_head_end), consecutive in the states.
+      for (int64_t j = 0; j < (head.kv_head_end - head.kv_head) * group; ++j) {
         float m = -INFINITY, l = 0.0f;
         std::fill(total.begin(), total.end(), 0.0f);
         for (size_t k = i; k < e; ++k) {

@@ -366,9 +366,10 @@ void fold_attention_state(float* acc, float* m, float* l, const float* segment_a
 
 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
-                       int64_t kv_head, int64_t segment, float* partial) {
-  table().attention_segment(q, n_heads, kv, block_table, ctx_len, scores, kv_head, segment,
-                            partial);
+                       int64_t kv_head_begin, int64_t kv_head_end, int64_t segment,
+                       float* partial) {
+  table().attention_segment(q, n_heads, kv, block_table, ctx_len, scores, kv_head_begin,
+                            kv_head_end, segment, partial);
 }
 
 void prefetch_kv_context(const PagedKv& kv, const int32_t* block_table, int64_t ctx_len,

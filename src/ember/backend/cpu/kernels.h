@@ -225,14 +225,15 @@ int64_t attention_segment_keys(int64_t block_size);
 void fold_attention_state(float* acc, float* m, float* l, const float* segment_acc, float segment_m,
                           float segment_l, int64_t hd);
 
-// The query heads of kv head `kv_head` of ONE token (context [0, ctx_len)) over the keys of
-// segment `segment` only ([segment * S, segment * S + S), S = attention_segment_keys): their
-// unnormalised states into partial [group][hd + 2] (acc, then m, then l; group = n_heads /
-// n_kv_heads). The output of a head is then fold_attention_state over its segments in order,
-// times 1 / l (0 when l is 0).
+// The query heads of kv heads [kv_head_begin, kv_head_end) of ONE token (context [0, ctx_len))
+// over the keys of segment `segment` only ([segment * S, segment * S + S), S =
+// attention_segment_keys): their unnormalised states into partial [heads][hd + 2] (acc, then m,
+// then l; heads = (kv_head_end - kv_head_begin) * n_heads / n_kv_heads, in query head order). The
+// output of a head is then fold_attention_state over its segments in order, times 1 / l (0 when l
+// is 0). Several kv heads in one call read each block's rows of all of them as one run.
 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
-                       int64_t kv_head, int64_t segment, float* partial);
+                       int64_t kv_head_begin, int64_t kv_head_end, int64_t segment, float* partial);
 
 // How many consecutive tokens of one sequence a caller should give attention_tokens() together:
 // 8 (the AVX2 kernel reads each K/V block once for all of them), 32 under the AMX set (whose tile

@@ -27,8 +27,8 @@ struct KernelTable {
                            int64_t kv_head_begin, int64_t kv_head_end);
   void (*attention_segment)(const float* q, int64_t n_heads, const PagedKv& kv,
                             const int32_t* block_table, int64_t ctx_len,
-                            const AttentionScores& scores, int64_t kv_head, int64_t segment,
-                            float* partial);
+                            const AttentionScores& scores, int64_t kv_head_begin,
+                            int64_t kv_head_end, int64_t segment, float* partial);
   void (*quantize_activations)(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
   void (*matmul_q8)(const BlockQ8Act* xq, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                     int64_t row_begin, int64_t row_end);
@@ -57,7 +57,7 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       int64_t kv_head_begin, int64_t kv_head_end);
 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
-                       int64_t kv_head, int64_t segment, float* partial);
+                       int64_t kv_head_begin, int64_t kv_head_end, int64_t segment, float* partial);
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
 int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
 void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
@@ -87,7 +87,7 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       int64_t kv_head_begin, int64_t kv_head_end);
 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
-                       int64_t kv_head, int64_t segment, float* partial);
+                       int64_t kv_head_begin, int64_t kv_head_end, int64_t segment, float* partial);
 void quantize_activations(const float* x, int64_t T, int64_t K, BlockQ8Act* out);
 int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);
 void prepare_activations(DType dtype, const float* x, int64_t T, int64_t K, int64_t token_begin,
@@ -109,7 +109,7 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       int64_t kv_head_begin, int64_t kv_head_end);
 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
-                       int64_t kv_head, int64_t segment, float* partial);
+                       int64_t kv_head_begin, int64_t kv_head_end, int64_t segment, float* partial);
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
             int64_t row_begin, int64_t row_end);
 int64_t prepared_activation_floats(DType dtype, int64_t T, int64_t K);

@@ -216,10 +216,11 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
 
 void attention_segment(const float* q, int64_t n_heads, const PagedKv& kv,
                        const int32_t* block_table, int64_t ctx_len, const AttentionScores& scores,
-                       int64_t kv_head, int64_t segment, float* partial) {
+                       int64_t kv_head_begin, int64_t kv_head_end, int64_t segment,
+                       float* partial) {
   const int64_t keys = attention_segment_keys(kv.block_size);
   attention_keys(q, n_heads, kv, block_table, ctx_len, scores, segment * keys, (segment + 1) * keys,
-                 nullptr, partial, kv_head, kv_head + 1);
+                 nullptr, partial, kv_head_begin, kv_head_end);
 }
 
 // The scalar matmul reads activations as they are: the prepared layout is a copy of x [T, K].

@@ -30,27 +30,30 @@ using test::Pool;
 using test::random_floats;
 using test::supported_isas;
 
-// One token's heads from its segments computed apart, folded in order, normalised.
+// One token's heads from its segments computed apart (kv_span kv heads a call: one, or all of
+// them walked together), folded in order, normalised.
 std::vector<float> by_segments(const float* q, int64_t n_heads, const PagedKv& kv,
-                               const int32_t* table, int64_t ctx, const AttentionScores& scores) {
-  const int64_t hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
+                               const int32_t* table, int64_t ctx, const AttentionScores& scores,
+                               int64_t kv_span) {
+  const int64_t hd = kv.head_dim, heads = kv_span * (n_heads / kv.n_kv_heads);
   const int64_t keys = attention_segment_keys(kv.block_size);
   std::vector<float> out(static_cast<size_t>(n_heads * hd));
-  std::vector<float> partial(static_cast<size_t>(group * (hd + 2)));
-  for (int64_t g = 0; g < kv.n_kv_heads; ++g) {
-    std::vector<std::vector<float>> totals(static_cast<size_t>(group),
+  std::vector<float> partial(static_cast<size_t>(heads * (hd + 2)));
+  for (int64_t g = 0; g < kv.n_kv_heads; g += kv_span) {
+    std::vector<std::vector<float>> totals(static_cast<size_t>(heads),
                                            std::vector<float>(static_cast<size_t>(hd), 0.0f));
-    std::vector<float> m(static_cast<size_t>(group), -INFINITY), l(static_cast<size_t>(group));
+    std::vector<float> m(static_cast<size_t>(heads), -INFINITY), l(static_cast<size_t>(heads));
     for (int64_t s = scores.first_key(ctx) / keys; s * keys < ctx; ++s) {
-      attention_segment(q, n_heads, kv, table, ctx, scores, g, s, partial.data());
-      for (int64_t j = 0; j < group; ++j) {
+      attention_segment(q, n_heads, kv, table, ctx, scores, g, g + kv_span, s, partial.data());
+      for (int64_t j = 0; j < heads; ++j) {
         const float* st = partial.data() + j * (hd + 2);
         fold_attention_state(totals[j].data(), &m[j], &l[j], st, st[hd], st[hd + 1], hd);
       }
     }
-    for (int64_t j = 0; j < group; ++j) {
+    const int64_t h0 = g * (n_heads / kv.n_kv_heads);
+    for (int64_t j = 0; j < heads; ++j) {
       const float inv = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
-      for (int64_t d = 0; d < hd; ++d) out[(g * group + j) * hd + d] = totals[j][d] * inv;
+      for (int64_t d = 0; d < hd; ++d) out[(h0 + j) * hd + d] = totals[j][d] * inv;
     }
   }
   return out;
@@ -78,9 +81,11 @@ TEST(KernelsAttentionSegments, SegmentsFoldedApartMatchOneCallBitExactly) {
           const auto q = random_floats(c.n_heads * c.head_dim, 41, -2.0f, 2.0f);
           std::vector<float> whole(q.size());
           attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scores, whole.data());
-          const std::vector<float> split =
-              by_segments(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scores);
-          EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0);
+          for (int64_t span : {int64_t{1}, c.n_kv_heads}) {
+            const std::vector<float> split =
+                by_segments(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scores, span);
+            EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0) << span;
+          }
           if (dtype == DType::F32 || dtype == DType::Q8_0) {
             std::vector<float> want(q.size());
             reference::attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scores,
@@ -105,16 +110,20 @@ TEST(KernelsAttentionSegments, PerChannelKSegmentsMatchOneCallBitExactly) {
     const AttentionScores scores(0.125f, 0.0f, 0);
     std::vector<float> whole(q.size());
     attention(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scores, whole.data());
-    const auto split = by_segments(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scores);
-    EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0);
+    for (int64_t span : {int64_t{1}, c.n_kv_heads}) {
+      const auto split =
+          by_segments(q.data(), c.n_heads, p.kv, p.table.data(), c.ctx_len, scores, span);
+      EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0) << span;
+    }
   }
 }
 
-// The CPU backend: a decode step of one token at a 2,600-token context on 3 threads (its 3 kv
-// heads alone would leave threads idle, so the contexts go out by segment) gives the bits of the
-// same step on one thread (no split).
+// The CPU backend: a decode step of one token at a 4,200-token context on 2 or 3 threads (its 3
+// kv heads alone would leave threads idle, so the contexts go out by segment: on 3 threads a kv
+// head per segment, on 2 all of them, as 5 segments serve 2 threads twice over) gives the bits of
+// the same step on one thread (no split).
 TEST(KernelsAttentionSegments, BackendSplitOverThreadsMatchesOneThreadBitExactly) {
-  const int64_t n_heads = 9, n_kv = 3, hd = 64, block = 16, ctx = 2600;
+  const int64_t n_heads = 9, n_kv = 3, hd = 64, block = 16, ctx = 4200;
   for (DType dtype : {DType::F32, DType::F16, DType::Q8_0}) {
     SCOPED_TRACE(dtype_name(dtype));
     KvShape shape;
@@ -151,7 +160,8 @@ TEST(KernelsAttentionSegments, BackendSplitOverThreadsMatchesOneThreadBitExactly
                          out.data());
       return out;
     };
-    const std::vector<float> one = run(1), three = run(3);
+    const std::vector<float> one = run(1), two = run(2), three = run(3);
+    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 4), 0);
     EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size() * 4), 0);
   }
 }
