@@ -159,6 +159,22 @@ TEST(CliRun, BenchProbeSetsDecodeAgainstTheReadBandwidth) {
   EXPECT_NE(bad.err.find("--probe-mb must be >= 1"), std::string::npos) << bad.err;
 }
 
+// bench --block-size sets the KV pool's tokens per block, as serve's does; 0 is refused.
+TEST(CliRun, BenchTakesTheKvBlockSize) {
+  auto model = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(model);
+  const std::string m = "-m " + test::shell_quote(model.string());
+  auto bench = test::run_ember("bench " + m +
+                               " -p 0 -n 4 -r 1 -t 1 --decode-context 40 --block-size 7 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const auto j = nlohmann::json::parse(bench.out);
+  EXPECT_EQ(j["block_size"], 7);
+  EXPECT_GT(j["tg"]["tok_per_s"].get<double>(), 0.0);
+  auto bad = test::run_ember("bench " + m + " -p 0 -n 4 -r 1 --block-size 0");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--block-size must be >= 1"), std::string::npos) << bad.err;
+}
+
 // bench --probe with a prompt measures each kernel family's compute peak and times prefill's
 // matmuls and attention: attention's FLOPs are exactly 4 head_dim n_heads n_layers per (query,
 // key) pair of the causal prompts (stories260K: head_dim 8, 8 heads, 5 layers).

@@ -28,6 +28,7 @@ struct BenchOptions {
   int64_t batch = 1;
   int repetitions = 3;
   int64_t decode_context = 0;        // prompt tokens each decoding sequence starts from
+  int64_t block_size = 16;           // tokens per KV block (serve's --block-size)
   int64_t prefix_tokens = 0;         // > 0: also time a prefix-cache hit on a prompt this long
   std::string prefix_from = "pool";  // where the warm run finds the prefix: pool, ram or disk
   KvOffloadOptions offload;
@@ -201,6 +202,7 @@ struct BenchRun {
   std::vector<int64_t> expert_load;  // tokens routed to each expert, [n_layers * n_experts]
   BackendInfo backend;
   int64_t kv_bytes_per_token = 0;  // K + V of one token across all layers, in the cache's dtype
+  int64_t kv_block_size = 0;       // tokens per block of the engine's KV pool
   SpeculativeStats spec;           // --lookup: over all decode repetitions
   std::vector<double> tg_plain;    // --lookup: the same decodes without speculation, alternating
   bool interleaved =
@@ -213,6 +215,7 @@ LLMEngineOptions bench_engine_options(const BenchOptions& o, const LoadedModel* 
   eo.engine.max_context = std::max<int64_t>(
       {o.model.context, o.prompt_tokens + 1, o.decode_context + o.gen_tokens + 2, 16});
   eo.engine.max_sequences = o.batch;
+  eo.engine.block_size = o.block_size;
   // A prefill, or every sequence's prompt, in one forward step; all sequences decode together.
   eo.scheduler.max_batched_tokens =
       std::max<int64_t>({o.prompt_tokens, o.batch * std::max<int64_t>(o.decode_context, 1), 16});
@@ -248,6 +251,7 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
   LLMEngine engine(model.weights, nullptr, eo);
   BenchRun run;
   run.threads = engine.runner().n_threads();
+  run.kv_block_size = engine.kv().block_size();
   run.matrix_bytes = model.weights.matrix_bytes();
   run.active_bytes = model.weights.active_matrix_bytes();
   std::mt19937 rng(42);
@@ -392,6 +396,7 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
   if (!run.tg.empty()) {
     j["tg"] = series(o.gen_tokens, run.tg);
     j["decode_context"] = o.decode_context;
+    j["block_size"] = run.kv_block_size;
     j["kv_bytes_per_token"] = run.kv_bytes_per_token;
     j["kv_bytes_read_per_generated_token"] = kv_bytes_read_per_token(o, run);
     if (eo.speculative.enabled()) {
@@ -547,6 +552,9 @@ int bench_command(const BenchOptions& o) {
     throw Error(ErrorKind::InvalidArgument, "bench: -p and -n must be >= 0, --batch and -r >= 1");
   }
   if (o.probe_mb < 1) throw Error(ErrorKind::InvalidArgument, "bench: --probe-mb must be >= 1");
+  if (o.block_size < 1) {
+    throw Error(ErrorKind::InvalidArgument, "bench: --block-size must be >= 1");
+  }
   prefix_tiers(o);  // a bad flag fails before the model loads
   LoadedModel model = o.model.load(/*need_tokenizer=*/false);
   const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
@@ -575,6 +583,8 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--decode-context", o->decode_context,
                   "Prompt tokens each decoding sequence starts from")
+      ->capture_default_str();
+  cmd->add_option("--block-size", o->block_size, "Tokens per KV block (as serve's --block-size)")
       ->capture_default_str();
   cmd->add_option("--prefix-tokens", o->prefix_tokens,
                   "Also time TTFT of a prefix-cache hit on a prompt this long");
