@@ -141,7 +141,9 @@ void dequantize_row(const WeightMatrix& table, int64_t row, float* out);
 // kv_row_format.h (f32, f16, bf16, q8_0, q4_0; K and V may differ):
 //   row (block, slot, kv_head) at k_pool + row_index(block, slot, kv_head) * k_row_bytes
 // Head-major within a block, so the rows one kv head reads from a block are one contiguous run
-// (4 KiB for SmolLM2 in f32) that the hardware prefetcher streams.
+// (4 KiB for SmolLM2 in f32) that the hardware prefetcher streams, and a call over several kv
+// heads, which walks them block by block together, reads the block's rows of all of them as one
+// longer run (a run costs about one memory latency whatever its length: README, KV cache).
 // A narrower cache cuts the bytes attention streams per step; every reader widens the stored
 // values exactly (to f32), so the rounding happens once, when store_kv writes them.
 struct PagedKv {
