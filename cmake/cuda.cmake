@@ -40,3 +40,11 @@ target_sources(ember_lib PRIVATE $<TARGET_OBJECTS:ember_cuda>)
 set_source_files_properties(${CMAKE_SOURCE_DIR}/src/ember/backend/backend.cpp PROPERTIES
                             COMPILE_DEFINITIONS EMBER_CUDA=1)
 target_link_libraries(ember_lib PUBLIC $<LINK_ONLY:CUDA::cudart> $<LINK_ONLY:CUDA::cublas>)
+
+# The decode matvec kernels alone on a GPU (bench/cuda_matvec_bench.cpp): GB/s per product against
+# the read-bandwidth probe, for each rows-per-warp variant. Built with the backend, whatever
+# EMBER_BUILD_BENCH says (it needs nothing but the CUDA runtime).
+add_executable(ember_cuda_matvec_bench ${CMAKE_SOURCE_DIR}/bench/cuda_matvec_bench.cpp)
+target_include_directories(ember_cuda_matvec_bench PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_compile_options(ember_cuda_matvec_bench PRIVATE ${EMBER_WARNINGS})
+target_link_libraries(ember_cuda_matvec_bench PRIVATE ember_lib CUDA::cudart)

@@ -5,15 +5,16 @@
 #   scripts/cuda_device_check.sh BIN_DIR FIXTURES_DIR [STAGE...]
 # BIN_DIR holds ember and ember_tests (and any shared library the machine lacks, found through
 # LD_LIBRARY_PATH=BIN_DIR/lib); FIXTURES_DIR is ../shared or a copy of the part the tests read.
-# Stages (default: all but gqa-ab, fuse-ab, pdl-ab and profile): nccl tests greedy bench-small
-# bench-8b bench-batch split-k gqa-ab fuse-ab pdl-ab server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
+# Stages (default: all but matvec-t1, gqa-ab, fuse-ab, pdl-ab, matvec-ab, matvec-ncu and profile):
+# matvec matvec-t1 nccl tests greedy bench-small bench-8b bench-batch split-k gqa-ab fuse-ab pdl-ab
+# matvec-ab matvec-ncu server profile. scripts/cuda_device_pack.sh makes BIN_DIR and FIXTURES_DIR. Logs go to $OUT (or
 # build-cuda/device-check in the repository); the last lines printed are the summary. Each stage
 # has a time limit, so that one hang leaves the others' results.
 set -uo pipefail
 bin=$(realpath "$1")
 fixtures=$(realpath "$2")
 shift 2
-stages=${*:-nccl tests greedy bench-small bench-8b bench-batch split-k server}
+stages=${*:-matvec nccl tests greedy bench-small bench-8b bench-batch split-k server}
 out=${OUT:-build-cuda/device-check}/logs
 mkdir -p "$out"
 trap 'tar -C "$out/.." -czf "$out/../logs.tgz" logs' EXIT
@@ -32,6 +33,63 @@ fi
 summary=()
 
 has() { [[ " $stages " == *" $1 "* ]]; }
+
+if has matvec || has matvec-t1; then
+  # The decode matvec kernels alone (bench/cuda_matvec_bench.cpp): GB/s per product of an 8B and a
+  # SmolLM2 decode step against the read probe, for 1, 2 and 4 rows per warp and the default; then
+  # (matvec, not matvec-t1) with the early loads off, and with 2, 4 and 8 tokens.
+  timeout 120 "$bin/ember_cuda_matvec_bench" >"$out/matvec_t1.txt" 2>&1
+  summary+=("matvec bench (1 token): exit $?")
+  if has matvec; then
+    EMBER_CUDA_MATVEC_EARLY=0 timeout 120 "$bin/ember_cuda_matvec_bench" --shape 8b \
+      >"$out/matvec_t1_late.txt" 2>&1
+    summary+=("matvec bench (1 token, EMBER_CUDA_MATVEC_EARLY=0): exit $?")
+    for t in 2 4 8; do
+      timeout 120 "$bin/ember_cuda_matvec_bench" --tokens $t --shape 8b \
+        >"$out/matvec_8b_t$t.txt" 2>&1
+      summary+=("matvec bench ($t tokens, 8B): exit $?")
+    done
+  fi
+  grep -hE "probe|all\*\*|DIFFERS" "$out"/matvec_*.txt
+fi
+
+if has matvec-ncu; then
+  # Nsight Compute on one launch of the 8B gate/up and O products in bf16, one and the default rows
+  # per warp: memory throughput, occupancy and what the warps wait on.
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for product in gate_up o; do
+    for r in 1 0; do
+      timeout 60 "$ncu" --clock-control none -k regex:matvec_kernel --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "$bin/ember_cuda_matvec_bench" --shape 8b --dtype bf16 --product $product \
+        --rows-per-warp $r --reps 2 >"$out/ncu_${product}_$r.txt" 2>&1
+      summary+=("ncu $product rows/warp $r: exit $?: $(grep -E "DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per" "$out/ncu_${product}_$r.txt" | tr -s ' ' | tr '\n' ';')")
+    done
+  done
+fi
+
+if has matvec-ab; then
+  # Decode with the matvec kernels as before (one row per warp, no early loads:
+  # EMBER_CUDA_MATVEC_ROWS=1 EMBER_CUDA_MATVEC_EARLY=0), with the defaults, and with the early
+  # loads alone off, alternating.
+  declare -A mv_env=([old]="EMBER_CUDA_MATVEC_ROWS=1 EMBER_CUDA_MATVEC_EARLY=0" [new]=""
+    [late]="EMBER_CUDA_MATVEC_EARLY=0")
+  mvab() {  # label, variant, ember bench arguments
+    local label=$1 v=$2
+    shift 2
+    env ${mv_env[$v]} timeout 100 "$ember" bench --backend cuda --probe "$@" \
+      >"$out/mvab_${label}_$v.txt" 2>&1
+    summary+=("$label, matvec $v: $(grep -E '^\| tg' "$out/mvab_${label}_$v.txt" | tr -s ' ') $(grep -o 'decode / probe [0-9]*%' "$out/mvab_${label}_$v.txt")")
+  }
+  smol=(-m "$fixtures/models/smollm2-135m-instruct/config.json" --dummy -p 0 -n 128 -r 3)
+  l8b=(-m bench/configs/llama-8b-shaped/config.json --dummy -p 0 -r 3 --kv-dtype f16)
+  for v in old new; do mvab smol-bf16 $v "${smol[@]}" --dtype bf16; done
+  for v in old new; do mvab 8b-bf16 $v "${l8b[@]}" --dtype bf16 -n 64; done
+  for v in old new; do mvab 8b-q8_0 $v "${l8b[@]}" --dtype q8_0 -n 64; done
+  for v in old new; do mvab 8b-q4_0 $v "${l8b[@]}" --dtype q4_0 -n 64; done
+  for v in old new; do mvab 8b-bf16-b4 $v "${l8b[@]}" --dtype bf16 -n 32 -b 4; done
+fi
 
 if has nccl; then
   # Tensor parallelism's partial sums on the GPU (NCCL, loaded at run time): one GPU holds one

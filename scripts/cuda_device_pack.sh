@@ -3,7 +3,7 @@
 # toolkit but not ember's build dependencies: the cuda build's binaries (stripped), the shared
 # libraries they load that are not glibc's or CUDA's, and the part of the fixtures the device tests
 # read. Run from the repository root after `cmake --preset cuda && cmake --build build-cuda
-# --target ember ember_tests`:
+# --target ember ember_tests ember_cuda_matvec_bench`:
 #   scripts/cuda_device_pack.sh BUILD_DIR FIXTURES_DIR OUT_DIR
 # OUT_DIR gets bin/ (ember, ember_tests, lib/) and fixtures/ (a tree shaped like ../shared); then
 #   scripts/cuda_device_check.sh OUT_DIR/bin OUT_DIR/fixtures
@@ -14,11 +14,11 @@ fixtures=$(realpath "$2")
 out=$3
 rm -rf "$out"
 mkdir -p "$out/bin/lib" "$out/fixtures/models"
-for b in ember ember_tests; do
+for b in ember ember_tests ember_cuda_matvec_bench; do
   strip -o "$out/bin/$b" "$build/$b"
 done
 # Libraries outside glibc and the CUDA toolkit (the GPU machine has those, in newer versions).
-ldd "$build/ember" "$build/ember_tests" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+ldd "$build/ember" "$build/ember_tests" "$build/ember_cuda_matvec_bench" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
   case $(basename "$lib") in
     libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libgcc_s.so*) ;;
     libcuda.so* | libcudart.so* | libcublas*.so* | libstdc++.so*) ;;

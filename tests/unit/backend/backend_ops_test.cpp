@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "ember/backend/backend.h"
+#ifdef EMBER_CUDA
+#include "ember/backend/cuda/cuda_backend.h"
+#endif
 #include "ember/core/dequantize.h"
 #include "ember/core/error.h"
 #include "ember/core/quantize.h"
@@ -264,6 +267,85 @@ TEST_P(BackendOps, RmsNormThenMatmulMatchesReference) {
     }
   }
 }
+
+#ifdef EMBER_CUDA
+// cuda's decode matvec gives a warp 1, 2 or 4 rows of a matrix (cuda::matvec_rows_per_warp, by
+// the launch's shape), with its first loads issued before or after the wait for the kernel
+// before: each choice must give the exact products, with a norm folded in (three
+// matrices of 43, 5 and 1 rows in one launch: row groups running past each matrix's end) and a
+// residual add folded in, for every dtype the vector kernels take. K = 1,056 leaves a partial
+// round of loads at the end of each row.
+TEST_P(BackendOps, CudaMatvecRowsPerWarpAllGiveTheExactProduct) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "cuda's decode matvec kernels only";
+  Device dev("cuda");
+  const int64_t K = 1056;
+  const int64_t rows[] = {43, 5, 1};
+  const std::vector<float> norm_w = random_floats(K, 61, 0.5f, 1.5f);
+  const float* nw = dev.backend->upload_vector(norm_w.data(), K);
+  uint32_t seed = 62;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    std::vector<HostMatrix> mats;
+    std::vector<WeightMatrix> ws;
+    for (int64_t n : rows) {
+      mats.push_back(make_matrix(dtype, n, K, seed++));
+      ws.push_back(dev.backend->upload_matrix(mats.back().view, false));
+    }
+    for (int64_t T : {1, 3, 8}) {
+      const std::vector<float> x = random_floats(T * K, seed++, -2.0f, 2.0f);
+      const std::vector<float> residual = random_floats(T * rows[0], seed++);
+      std::vector<float> xn(x.size());  // the normalized rows, in double
+      for (int64_t t = 0; t < T; ++t) {
+        double ss = 0;
+        for (int64_t k = 0; k < K; ++k) ss += static_cast<double>(x[t * K + k]) * x[t * K + k];
+        const double inv = 1.0 / std::sqrt(ss / K + 1e-5);
+        for (int64_t k = 0; k < K; ++k)
+          xn[t * K + k] = static_cast<float>(x[t * K + k] * inv * norm_w[k]);
+      }
+      auto exact = [&](const std::vector<float>& in, size_t i) {
+        const int64_t N = rows[i];
+        std::vector<float> out(static_cast<size_t>(T * N));
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t n = 0; n < N; ++n) {
+            double sum = 0;
+            for (int64_t k = 0; k < K; ++k)
+              sum += static_cast<double>(in[t * K + k]) * mats[i].values[n * K + k];
+            out[t * N + n] = static_cast<float>(sum);
+          }
+        }
+        return out;
+      };
+      for (int variant = 0; variant < 6; ++variant) {
+        const int rows_per_warp = 1 << (variant / 2), early = variant % 2;
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(T) +
+                     " rows per warp " + std::to_string(rows_per_warp) + " early loads " +
+                     std::to_string(early));
+        cuda::set_matvec_rows_per_warp(rows_per_warp);
+        cuda::set_matvec_early_loads(early);
+        // Norm folded into the three products.
+        float* dxn = dev.zeros(T * K);
+        std::vector<float*> ys;
+        for (int64_t n : rows) ys.push_back(dev.zeros(T * n));
+        dev.backend->rmsnorm(dev.put(x), nw, dxn, T, K, 1e-5f);
+        dev.backend->matmul(dxn, T, {&ws[0], &ws[1], &ws[2]}, {ys[0], ys[1], ys[2]});
+        EXPECT_LE(relative_error(dev.get(dxn, T * K), xn), 2e-6);
+        for (size_t i = 0; i < ws.size(); ++i)
+          EXPECT_LE(relative_error(dev.get(ys[i], T * rows[i]), exact(xn, i)), 2e-5) << i;
+        // Residual add folded into a product of x.
+        float* product = dev.zeros(T * rows[0]);
+        float* sum = dev.put(residual);
+        dev.backend->matmul(dev.put(x), T, {&ws[0]}, {product});
+        dev.backend->add(sum, product, T, rows[0]);
+        std::vector<float> want = exact(x, 0);
+        EXPECT_LE(relative_error(dev.get(product, T * rows[0]), want), 2e-5);
+        for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
+        EXPECT_LE(relative_error(dev.get(sum, T * rows[0]), want), 2e-5);
+      }
+    }
+  }
+  cuda::set_matvec_rows_per_warp(0);
+  cuda::set_matvec_early_loads(1);
+}
+#endif
 
 TEST_P(BackendOps, RowOpsMatchReference) {
   Device dev(GetParam());

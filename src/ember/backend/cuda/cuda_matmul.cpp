@@ -87,7 +87,7 @@ void CudaBackend::defer_matvec(PendingMatvec mv) {
         std::vector<const WeightMatrix*> wp;
         for (const WeightMatrix& w : mv.matrices) wp.push_back(&w);
         launch_matvec(mv.x, mv.rows, wp, mv.outputs, mv.residual,
-                      mv.folds_norm ? &mv.norm : nullptr, stream_);
+                      mv.folds_norm ? &mv.norm : nullptr, sm_count_, stream_);
       },
       mv.x, mv.rows, mv.residual, mv.folds_norm, mv.norm.weight, mv.norm.eps, mv.norm.out);
   mv.signature_start = signature_start;

@@ -129,9 +129,18 @@ struct FoldedNorm {
 // Whether launch_matvec can fold a norm into the product of x with ws (the vector kernels take
 // every matrix: f32/f16/bf16 rows or q8_0/q4_0 QuantsThenScales, aligned).
 bool matvec_folds_norm(const float* x, std::span<const WeightMatrix* const> ws);
+// sm_count: the GPU's multiprocessors (how many rows a warp takes depends on how many warps the
+// matrices give the GPU: matvec_rows_per_warp).
 void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
                    std::span<float* const> ys, float* residual, const FoldedNorm* norm,
-                   cudaStream_t s);
+                   int sm_count, cudaStream_t s);
+// Rows of one matrix a warp of the matvec kernels takes (1, 2 or 4) for a launch of `rows` rows in
+// all and `tokens` tokens, of quantized (q8_0/q4_0) or float weights, on a GPU of sm_count
+// multiprocessors; set_matvec_rows_per_warp (cuda_backend.h) or EMBER_CUDA_MATVEC_ROWS forces it.
+int matvec_rows_per_warp(int64_t rows, int64_t tokens, bool quantized, int sm_count);
+// Whether each warp issues its first weight loads before waiting for the kernel before (the
+// default; set_matvec_early_loads or EMBER_CUDA_MATVEC_EARLY=0 turns it off).
+bool matvec_early_loads();
 // f32 -> bf16 / f16 (for cuBLAS inputs), n elements.
 void launch_f32_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t s);
 void launch_f32_to_f16(const float* x, uint16_t* out, int64_t n, cudaStream_t s);

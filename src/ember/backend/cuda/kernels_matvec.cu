@@ -1,7 +1,8 @@
 // Matrix-vector products for decode (T <= kMatvecMaxTokens tokens): the weights are read once, 16
 // bytes per lane per load with several loads in flight, and every token's activations (f32)
-// multiply them. One warp per output row; rows split over blocks of 8 warps. Decode is bound by
-// the weight bytes, so these run at a large share of HBM bandwidth when N fills the GPU.
+// multiply them. A warp takes 1, 2 or 4 output rows of one matrix (matvec_rows_per_warp); warps
+// go in blocks of 8. Decode is bound by the weight bytes, so these run at a large share of HBM
+// bandwidth when N fills the GPU.
 #include <cstdint>
 #include <span>
 
@@ -15,7 +16,6 @@ namespace ember::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kLoadsInFlight = 4;
 
 // What 16 bytes of a row hold, per weight kind.
 enum Kind { kF32, kF16, kBF16, kQ8, kQ4 };
@@ -42,6 +42,9 @@ struct KindTraits<kQ4> {
   static constexpr int kElems = 32;
 };
 
+// The float 2^23 (0x4B000000): a byte b placed in its low mantissa bits reads as 2^23 + b.
+constexpr uint32_t kMagic = 0x4B000000u;
+
 // The elements of one 16-byte chunk as floats (quants without their block scale).
 template <int KIND>
 __device__ __forceinline__ void decode_chunk(const uint4& raw, float* out) {
@@ -59,44 +62,119 @@ __device__ __forceinline__ void decode_chunk(const uint4& raw, float* out) {
       out[2 * i] = f.x;
       out[2 * i + 1] = f.y;
     } else if constexpr (KIND == kQ8) {
+      // q + 128 as the low mantissa bits of 2^23: one byte permute and one add per value, exact
+      // (an integer-to-float conversion runs at a quarter of the adds' rate).
+      const uint32_t biased = u ^ 0x80808080u;
 #pragma unroll
-      for (int b = 0; b < 4; ++b) out[4 * i + b] = static_cast<int8_t>((u >> (8 * b)) & 0xff);
-    } else {  // kQ4: byte j holds element j (low nibble) and j + 16 (high nibble)
+      for (int b = 0; b < 4; ++b)
+        out[4 * i + b] = __uint_as_float(__byte_perm(biased, kMagic, 0x7440 + b)) - 8388736.0f;
+    } else {  // kQ4: byte j holds element j (low nibble) and j + 16 (high nibble); n - 8 as above
+      const uint32_t lo = u & 0x0f0f0f0fu, hi = (u >> 4) & 0x0f0f0f0fu;
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        const uint32_t byte = (u >> (8 * b)) & 0xff;
-        out[4 * i + b] = static_cast<float>(static_cast<int>(byte & 0x0f) - 8);
-        out[16 + 4 * i + b] = static_cast<float>(static_cast<int>(byte >> 4) - 8);
+        out[4 * i + b] = __uint_as_float(__byte_perm(lo, kMagic, 0x7440 + b)) - 8388616.0f;
+        out[16 + 4 * i + b] = __uint_as_float(__byte_perm(hi, kMagic, 0x7440 + b)) - 8388616.0f;
       }
     }
   }
 }
 
-// Up to kMaxMatrices matrices sharing x (Q/K/V, gate/up) in one launch: global row n walks the
-// matrices' rows one after another.
+// Up to kMaxMatrices matrices sharing x (Q/K/V, gate/up) in one launch. A warp takes R rows of one
+// matrix (a row group); global group g walks the matrices' groups one after another.
 constexpr int kMaxMatrices = 4;
 struct MatrixSet {
   const uint8_t* data[kMaxMatrices];     // row data (quants for kQ8/kQ4)
   const uint16_t* scales[kMaxMatrices];  // kQ8/kQ4: f16 scales [rows, K / 32]
   float* y[kMaxMatrices];
-  float* residual[kMaxMatrices];   // non-null: also residual += y (a fused residual add)
-  int64_t rows_end[kMaxMatrices];  // cumulative row counts
-  int64_t ldy[kMaxMatrices];
+  float* residual[kMaxMatrices];     // non-null: also residual += y (a fused residual add)
+  int64_t rows[kMaxMatrices];        // each matrix's rows (= its ldy)
+  int64_t groups_end[kMaxMatrices];  // cumulative row-group counts
   int count;
 };
 
-// NORM: x is the input of an RMSNorm folded into this product (FoldedNorm): every block computes
-// each token's 1 / RMS (the same sum, in the same order, as rmsnorm_kernel) and multiplies x by it
-// and the norm's weight as it reads x; block 0 also writes the normalized rows to norm.out.
-// Launched as a programmatic dependent (launch_dependent, device_math.cuh).
-template <int KIND, int NT, bool NORM>
+// The dot product of one 16-byte chunk of weights (decoded) with E activations.
+template <int KIND>
+__device__ __forceinline__ float chunk_dot(const uint4& raw, const float* xv) {
+  constexpr int E = KindTraits<KIND>::kElems;
+  float wv[E];
+  decode_chunk<KIND>(raw, wv);
+  float s = 0.0f;
+#pragma unroll
+  for (int e4 = 0; e4 < E / 4; ++e4) {
+    s += wv[4 * e4] * xv[4 * e4] + wv[4 * e4 + 1] * xv[4 * e4 + 1] +
+         wv[4 * e4 + 2] * xv[4 * e4 + 2] + wv[4 * e4 + 3] * xv[4 * e4 + 3];
+  }
+  return s;
+}
+
+// The activations of chunk c for token t, E floats (times the folded norm's 1 / RMS and weight).
+template <int E, bool NORM>
+__device__ __forceinline__ void load_x(const float* __restrict__ x, int64_t K, int t, int64_t c,
+                                       float inv_rms, const float* norm_weight, float* xv) {
+  const float4* xp = reinterpret_cast<const float4*>(x + t * K + c * E);
+#pragma unroll
+  for (int e4 = 0; e4 < E / 4; ++e4) {
+    float4 xx = __ldg(xp + e4);
+    if constexpr (NORM) {
+      const float4 nw = __ldg(reinterpret_cast<const float4*>(norm_weight + c * E) + e4);
+      xx = make_float4(xx.x * inv_rms * nw.x, xx.y * inv_rms * nw.y, xx.z * inv_rms * nw.z,
+                       xx.w * inv_rms * nw.w);
+    }
+    xv[4 * e4] = xx.x;
+    xv[4 * e4 + 1] = xx.y;
+    xv[4 * e4 + 2] = xx.z;
+    xv[4 * e4 + 3] = xx.w;
+  }
+}
+
+// R rows per warp: each lane loads the same chunks of R rows (R x L 16-byte loads in flight).
+// Each activation a lane reads serves all R rows (x is read from L1 once per R rows), except for
+// quantized weights with several tokens, whose decoding costs more than the activations' loads:
+// there each chunk is decoded once and multiplied with every token's activations. NORM: x is the
+// input of an RMSNorm folded into this product (FoldedNorm): every block computes each token's 1 /
+// RMS (the same sum, in the same order, as rmsnorm_kernel) and multiplies x by it and the norm's
+// weight as it reads x; block 0 also writes the normalized rows to norm.out. Launched as a
+// programmatic dependent (launch_dependent, device_math.cuh); with `early` each warp issues its
+// first round of weight loads before waiting for the kernel before (the weights are never written
+// by it), so those loads overlap that kernel's tail and this one's norm.
+template <int KIND, int NT, bool NORM, int R, int L>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     matvec_kernel(const float* __restrict__ x, int64_t K, int64_t row_stride, MatrixSet set,
-                  FoldedNorm norm) {
+                  FoldedNorm norm, bool early) {
   pdl_launch_dependents();
-  pdl_wait();
   constexpr int E = KindTraits<KIND>::kElems;
+  constexpr bool kQuantized = KIND == kQ8 || KIND == kQ4;
   const int lane = threadIdx.x % 32;
+  // This warp's rows: from the launch's parameters alone, so known before the wait.
+  int64_t g = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  int m = 0;
+  while (m < set.count && g >= set.groups_end[m]) ++m;
+  const bool has_rows = m < set.count;
+  if (!has_rows) m = 0;
+  if (m > 0) g -= set.groups_end[m - 1];
+  const int64_t n0 = g * R, n_rows = set.rows[m];
+  const int64_t chunks = K / E;
+  // A group's rows past the matrix's end read its last row again and write nothing.
+  const uint4* row[R];
+  const uint16_t* row_scales[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t n = n0 + r < n_rows ? n0 + r : n_rows - 1;
+    row[r] = reinterpret_cast<const uint4*>(set.data[m] + n * row_stride);
+    row_scales[r] = kQuantized ? set.scales[m] + n * (K / 32) : nullptr;
+  }
+  uint4 raw[L][R];
+  auto load_round = [&](int64_t c0) {
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      const int64_t c = c0 + 32 * u;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        raw[u][r] = c < chunks ? __ldg(row[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  if (early && has_rows) load_round(lane);
+  pdl_wait();
   float inv_rms[NT];
   if constexpr (NORM) {
     __shared__ float block_inv[NT];
@@ -115,58 +193,71 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
           norm.out[t * K + i] = x[t * K + i] * inv_rms[t] * norm.weight[i];
       }
     }
+  } else {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) inv_rms[t] = 1.0f;
   }
-  int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  int m = 0;
-  while (m < set.count && n >= set.rows_end[m]) ++m;
-  if (m == set.count) return;
-  if (m > 0) n -= set.rows_end[m - 1];
-  const int64_t chunks = K / E;
-  const uint4* row = reinterpret_cast<const uint4*>(set.data[m] + n * row_stride);
-  const uint16_t* row_scales = set.scales[m] != nullptr ? set.scales[m] + n * (K / 32) : nullptr;
-  float acc[NT];
+  if (!has_rows) return;
+  float acc[R][NT];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kLoadsInFlight) {
-    uint4 raw[kLoadsInFlight];
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int64_t c = c0 + 32 * u;
-      raw[u] = c < chunks ? __ldg(row + c) : make_uint4(0, 0, 0, 0);
-    }
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  }
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * L) {
+    if (!early || c0 != lane) load_round(c0);
 #pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
+    for (int u = 0; u < L; ++u) {
       const int64_t c = c0 + 32 * u;
       if (c >= chunks) break;
-      float wv[E];
-      decode_chunk<KIND>(raw[u], wv);
-      float d = 1.0f;
-      if constexpr (KIND == kQ8 || KIND == kQ4) d = f16_bits_to_float(row_scales[c * E / 32]);
+      float xv[E];
+      if constexpr (kQuantized && NT > 1) {
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const float4* xv = reinterpret_cast<const float4*>(x + t * K + c * E);
-        float s = 0.0f;
+        for (int r = 0; r < R; ++r) {
+          const float d = f16_bits_to_float(row_scales[r][c * E / 32]);
+          float wv[E];
+          decode_chunk<KIND>(raw[u][r], wv);
 #pragma unroll
-        for (int e4 = 0; e4 < E / 4; ++e4) {
-          float4 xx = __ldg(xv + e4);
-          if constexpr (NORM) {
-            const float4 nw = __ldg(reinterpret_cast<const float4*>(norm.weight + c * E) + e4);
-            xx = make_float4(xx.x * inv_rms[t] * nw.x, xx.y * inv_rms[t] * nw.y,
-                             xx.z * inv_rms[t] * nw.z, xx.w * inv_rms[t] * nw.w);
+          for (int t = 0; t < NT; ++t) {
+            load_x<E, NORM>(x, K, t, c, inv_rms[t], norm.weight, xv);
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e += 4)
+              s += wv[e] * xv[e] + wv[e + 1] * xv[e + 1] + wv[e + 2] * xv[e + 2] +
+                   wv[e + 3] * xv[e + 3];
+            acc[r][t] += d * s;
           }
-          s += wv[4 * e4] * xx.x + wv[4 * e4 + 1] * xx.y + wv[4 * e4 + 2] * xx.z +
-               wv[4 * e4 + 3] * xx.w;
         }
-        acc[t] += d * s;
+      } else {
+        float d[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          d[r] = kQuantized ? f16_bits_to_float(row_scales[r][c * E / 32]) : 1.0f;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          load_x<E, NORM>(x, K, t, c, inv_rms[t], norm.weight, xv);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            if constexpr (kQuantized) {
+              acc[r][t] += d[r] * chunk_dot<KIND>(raw[u][r], xv);
+            } else {
+              acc[r][t] += chunk_dot<KIND>(raw[u][r], xv);
+            }
+          }
+        }
       }
     }
   }
+  const int64_t ldy = n_rows;
 #pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) {
-      set.y[m][t * set.ldy[m] + n] = s;
-      if (set.residual[m] != nullptr) set.residual[m][t * set.ldy[m] + n] += s;
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float s = warp_sum(acc[r][t]);
+      if (lane == 0 && n0 + r < n_rows) {
+        set.y[m][t * ldy + n0 + r] = s;
+        if (set.residual[m] != nullptr) set.residual[m][t * ldy + n0 + r] += s;
+      }
     }
   }
 }
@@ -260,15 +351,21 @@ __global__ void matvec_any_kernel(const float* x, int64_t T, WeightMatrix w, flo
   }
 }
 
-template <int KIND, int NT>
-void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
+// Loads in flight per row: 8 16-byte loads per lane in all where a warp takes 2 or 4 rows.
+template <int R>
+constexpr int loads_per_row() {
+  return R == 4 ? 2 : 4;
+}
+
+template <int KIND, int NT, int R>
+void launch_rows(const float* x, std::span<const WeightMatrix* const> ws,
                  std::span<float* const> ys, float* residual, const FoldedNorm* norm,
                  cudaStream_t s) {
   MatrixSet set{};
   int64_t stride = ws[0]->row_bytes;
   if constexpr (KIND == kQ8 || KIND == kQ4)
     stride = quant_bytes_per_row(ws[0]->dtype, ws[0]->n_cols);
-  int64_t rows = 0;
+  int64_t groups = 0;
   set.count = static_cast<int>(ws.size());
   for (int i = 0; i < set.count; ++i) {
     const WeightMatrix& w = *ws[static_cast<size_t>(i)];
@@ -279,51 +376,71 @@ void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
     }
     set.y[i] = ys[static_cast<size_t>(i)];
     set.residual[i] = residual != nullptr && i == 0 ? residual : nullptr;
-    set.ldy[i] = w.n_rows;
-    rows += w.n_rows;
-    set.rows_end[i] = rows;
+    set.rows[i] = w.n_rows;
+    groups += (w.n_rows + R - 1) / R;
+    set.groups_end[i] = groups;
   }
-  const auto blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const auto blocks = static_cast<unsigned>((groups + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const FoldedNorm folded = norm != nullptr ? *norm : FoldedNorm{};
   const int64_t K = ws[0]->n_cols;
   const unsigned threads = kWarpsPerBlock * 32;
+  constexpr int kL = loads_per_row<R>();
   if (norm != nullptr) {
-    launch_dependent("matvec", /*by_default=*/true, matvec_kernel<KIND, NT, true>, blocks, threads,
-                     s, x, K, stride, set, folded);
+    launch_dependent("matvec", /*by_default=*/true, matvec_kernel<KIND, NT, true, R, kL>, blocks,
+                     threads, s, x, K, stride, set, folded, matvec_early_loads());
   } else {
-    launch_dependent("matvec", /*by_default=*/true, matvec_kernel<KIND, NT, false>, blocks, threads,
-                     s, x, K, stride, set, folded);
+    launch_dependent("matvec", /*by_default=*/true, matvec_kernel<KIND, NT, false, R, kL>, blocks,
+                     threads, s, x, K, stride, set, folded, matvec_early_loads());
+  }
+}
+
+template <int KIND, int NT>
+void launch_kind(const float* x, std::span<const WeightMatrix* const> ws,
+                 std::span<float* const> ys, float* residual, const FoldedNorm* norm, int sm_count,
+                 cudaStream_t s) {
+  int64_t rows = 0;
+  for (const WeightMatrix* w : ws) rows += w->n_rows;
+  switch (matvec_rows_per_warp(rows, NT, KIND == kQ8 || KIND == kQ4, sm_count)) {
+    case 4:
+      launch_rows<KIND, NT, 4>(x, ws, ys, residual, norm, s);
+      break;
+    case 2:
+      launch_rows<KIND, NT, 2>(x, ws, ys, residual, norm, s);
+      break;
+    default:
+      launch_rows<KIND, NT, 1>(x, ws, ys, residual, norm, s);
+      break;
   }
 }
 
 template <int KIND>
 void launch_tokens(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
                    std::span<float* const> ys, float* residual, const FoldedNorm* norm,
-                   cudaStream_t s) {
+                   int sm_count, cudaStream_t s) {
   switch (T) {
     case 1:
-      launch_kind<KIND, 1>(x, ws, ys, residual, norm, s);
+      launch_kind<KIND, 1>(x, ws, ys, residual, norm, sm_count, s);
       break;
     case 2:
-      launch_kind<KIND, 2>(x, ws, ys, residual, norm, s);
+      launch_kind<KIND, 2>(x, ws, ys, residual, norm, sm_count, s);
       break;
     case 3:
-      launch_kind<KIND, 3>(x, ws, ys, residual, norm, s);
+      launch_kind<KIND, 3>(x, ws, ys, residual, norm, sm_count, s);
       break;
     case 4:
-      launch_kind<KIND, 4>(x, ws, ys, residual, norm, s);
+      launch_kind<KIND, 4>(x, ws, ys, residual, norm, sm_count, s);
       break;
     case 5:
-      launch_kind<KIND, 5>(x, ws, ys, residual, norm, s);
+      launch_kind<KIND, 5>(x, ws, ys, residual, norm, sm_count, s);
       break;
     case 6:
-      launch_kind<KIND, 6>(x, ws, ys, residual, norm, s);
+      launch_kind<KIND, 6>(x, ws, ys, residual, norm, sm_count, s);
       break;
     case 7:
-      launch_kind<KIND, 7>(x, ws, ys, residual, norm, s);
+      launch_kind<KIND, 7>(x, ws, ys, residual, norm, sm_count, s);
       break;
     default:
-      launch_kind<KIND, 8>(x, ws, ys, residual, norm, s);
+      launch_kind<KIND, 8>(x, ws, ys, residual, norm, sm_count, s);
       break;
   }
 }
@@ -347,23 +464,23 @@ int vector_kind(const float* x, const WeightMatrix& w) {
 }
 
 void launch_set(int kind, const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
-                std::span<float* const> ys, float* residual, const FoldedNorm* norm,
+                std::span<float* const> ys, float* residual, const FoldedNorm* norm, int sm_count,
                 cudaStream_t s) {
   switch (kind) {
     case kQ8:
-      launch_tokens<kQ8>(x, T, ws, ys, residual, norm, s);
+      launch_tokens<kQ8>(x, T, ws, ys, residual, norm, sm_count, s);
       break;
     case kQ4:
-      launch_tokens<kQ4>(x, T, ws, ys, residual, norm, s);
+      launch_tokens<kQ4>(x, T, ws, ys, residual, norm, sm_count, s);
       break;
     case kF32:
-      launch_tokens<kF32>(x, T, ws, ys, residual, norm, s);
+      launch_tokens<kF32>(x, T, ws, ys, residual, norm, sm_count, s);
       break;
     case kBF16:
-      launch_tokens<kBF16>(x, T, ws, ys, residual, norm, s);
+      launch_tokens<kBF16>(x, T, ws, ys, residual, norm, sm_count, s);
       break;
     default:
-      launch_tokens<kF16>(x, T, ws, ys, residual, norm, s);
+      launch_tokens<kF16>(x, T, ws, ys, residual, norm, sm_count, s);
       break;
   }
 }
@@ -379,7 +496,7 @@ bool matvec_folds_norm(const float* x, std::span<const WeightMatrix* const> ws) 
 
 void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* const> ws,
                    std::span<float* const> ys, float* residual, const FoldedNorm* norm,
-                   cudaStream_t s) {
+                   int sm_count, cudaStream_t s) {
   if (T == 0 || ws.empty()) return;
   if (T > kMatvecMaxTokens) throw Error("cuda matvec: more tokens than kMatvecMaxTokens");
   if (residual != nullptr && ws.size() != 1)
@@ -418,7 +535,7 @@ void launch_matvec(const float* x, int64_t T, std::span<const WeightMatrix* cons
                norm == nullptr ? nullptr
                : i == 0        ? norm
                                : &later,
-               s);
+               sm_count, s);
     check_launch("matvec");
     i = j;
   }
