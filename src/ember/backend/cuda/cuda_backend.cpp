@@ -378,8 +378,9 @@ double CudaBackend::probe_read_bandwidth(int64_t bytes) {
   // Written once so that the pages are real (and the data is not all zeros).
   check(cudaMemsetAsync(buffer.get(), 0x5a, static_cast<size_t>(bytes) + 16, stream_), "memset");
   auto* sink = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(buffer.get()) + bytes);
-  // The best of three passes: the first read of fresh memory runs well under the memory's rate
-  // (on an H200, a single pass over 1 GiB measured 3.86 TB/s, the best of five over 4 GiB 4.6).
+  // The best of three passes. The figure depends on the data read: on an H200 this kernel gave
+  // 3.9-4.0 TB/s over these 0x5a bytes (1 to 16 GiB alike), 4.5-4.6 over 0x01 bytes, and the
+  // output head's matvec reads random bf16 weights at 4.33 TB/s (README, CUDA).
   float ms = 0;
   for (int pass = 0; pass < 3; ++pass) {
     const float t = time_read_probe(buffer.get(), bytes, sink, sm_count_, stream_);
