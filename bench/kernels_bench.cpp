@@ -129,6 +129,11 @@ void MatmulPrefillArgs(benchmark::internal::Benchmark* b) {
     for (auto [K, N] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {576, 576}}) {
       for (int64_t T : {32, 256, 512}) b->Args({static_cast<int64_t>(d), K, N, T});
     }
+    // Gemma-2-2B's MLP: down_proj's K = 9,216 makes 128 tokens' activations larger than a core's
+    // L2.
+    for (auto [K, N] : {std::pair<int64_t, int64_t>{2304, 9216}, {9216, 2304}}) {
+      b->Args({static_cast<int64_t>(d), K, N, 128});
+    }
   }
   b->ArgNames({"dtype", "K", "N", "T"});
 }

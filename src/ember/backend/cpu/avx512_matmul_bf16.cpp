@@ -164,12 +164,24 @@ EMBER_AVX512 void gemm_tile(const uint32_t* xg, int64_t P, int64_t K, const uint
   const int64_t full_pairs = K / 2;
   for (int64_t j = 0; j < full_pairs; ++j) gemm_step<R, NG, false>(xg, P, j, w, row_bytes, acc);
   if (K % 2 != 0) gemm_step<R, NG, true>(xg, P, full_pairs, w, row_bytes, acc);
-  alignas(64) float lanes[kGroupTokens];
-  for (int r = 0; r < R; ++r) {
-    for (int g = 0; g < NG; ++g) {
-      _mm512_store_ps(lanes, acc[r][g]);
-      const int64_t n = std::min<int64_t>(kGroupTokens, tokens - g * kGroupTokens);
-      for (int64_t i = 0; i < n; ++i) y[(g * kGroupTokens + i) * ldy + r] = lanes[i];
+  // Each token's R outputs are adjacent in y: gathered from the tile's lanes and written by one
+  // masked store per token. R scalar stores per token cost a third of the time on wide matrices,
+  // whose token rows in y are a multiple of 4 KiB apart and share one L1 set (one thread, 128
+  // tokens, K 2,304 x N 9,216: 257 -> 380 GFLOP/s; K 576 x N 1,536: 230 -> 360).
+  alignas(64) float lanes[R][kGroupTokens];
+  const __m512i column =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(kGroupTokens)));
+  const __mmask16 row_mask = lanes16(R);
+  for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) _mm512_store_ps(lanes[r], acc[r][g]);
+    const int64_t n = std::min<int64_t>(kGroupTokens, tokens - g * kGroupTokens);
+    for (int64_t i = 0; i < n; ++i) {
+      const __m512 v =
+          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), row_mask,
+                                   _mm512_add_epi32(column, _mm512_set1_epi32(i)), &lanes[0][0], 4);
+      _mm512_mask_storeu_ps(y + (g * kGroupTokens + i) * ldy, row_mask, v);
     }
   }
 }
