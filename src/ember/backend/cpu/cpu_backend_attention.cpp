@@ -53,7 +53,11 @@ void CpuBackend::attention_untimed(const KvStorage& kv, int64_t layer, const flo
     t = e;
   }
   const int64_t n_kv = view.n_kv_heads;
-  if (threads_.size() > 1 &&
+  // Multiply-adds of the scores and of P V (each token over its context, every head).
+  int64_t work = 0;
+  for (const auto& [t, nt] : attention_tiles_) work += nt * (batch.positions[t] + nt);
+  work *= 2 * n_heads * view.head_dim;
+  if (threads_.size() > 1 && work >= kMinParallelWork &&
       static_cast<int64_t>(attention_tiles_.size()) * n_kv < kItemsPerThread * threads_.size() &&
       attention_by_segments(kv, view, q, n_heads, scores, batch, out)) {
     return;
@@ -64,7 +68,7 @@ void CpuBackend::attention_untimed(const KvStorage& kv, int64_t layer, const flo
   };
   // Items run last tile first: with causal attention the late tiles cost the most, and handing them
   // out first keeps the threads' finishing times close.
-  threads_.parallel_for(n_items, [&](int64_t begin, int64_t end, int) {
+  parallel_for_work(work, n_items, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end;) {
       const int64_t g0 = i % n_kv, g1 = std::min(n_kv, g0 + (end - i));
       const auto [t, nt] = tile(i);

@@ -141,9 +141,13 @@ void CpuBackend::matmul_output_rows(int64_t T, std::span<const WeightMatrix* con
                                     std::span<float* const> ys, int64_t grain) {
   int64_t offsets[kMaxSharedInput + 1] = {0};
   const size_t n = ws.size();
-  for (size_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + ws[i]->n_rows;
-  threads_.parallel_for(
-      offsets[n],
+  int64_t macs = 0;
+  for (size_t i = 0; i < n; ++i) {
+    offsets[i + 1] = offsets[i] + ws[i]->n_rows;
+    macs += T * ws[i]->n_rows * ws[i]->n_cols;
+  }
+  parallel_for_work(
+      macs, offsets[n],
       [&](int64_t begin, int64_t end, int) {
         for (size_t i = 0; i < n; ++i) {
           const int64_t b = std::max(begin, offsets[i]), e = std::min(end, offsets[i + 1]);
