@@ -15,7 +15,6 @@
 #include "ember/cli/commands.h"
 #include "ember/cli/rank_follower.h"
 #include "ember/core/error.h"
-#include "ember/core/memory_info.h"
 #include "ember/engine/async_engine.h"
 #include "ember/kv/capacity_plan.h"
 #include "ember/parallel/communicator.h"
@@ -111,6 +110,18 @@ std::string model_id_for(const std::string& path) {
   return stem.empty() ? "ember" : stem;
 }
 
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
 // What a KV pool costs beside the weights (model_runner.h): its blocks, a window pool, the exact
 // rows of per-channel K, and a draft model's own pool and weights.
 KvPoolCosts serve_pool_costs(const LoadedModel& model, const EngineOptions& eo,
@@ -153,7 +164,7 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
   const int64_t wanted = (context + o.block_size - 1) / o.block_size * o.max_seqs;
   // MemAvailable counts the page cache the mapped weights sit in, so the cap is half of it for
   // the cache alone (a model larger than that still gets a pool).
-  const int64_t available = available_memory_bytes();
+  const int64_t available = available_memory();
   const int64_t cap =
       available > 0 ? std::max<int64_t>(1, costs.blocks_within(available / 2)) : wanted;
   *how = wanted <= cap ? "max-seqs x context" : "half the available memory";

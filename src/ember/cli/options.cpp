@@ -7,37 +7,12 @@
 
 #include "ember/backend/kv_row_format.h"
 #include "ember/core/error.h"
-#include "ember/core/memory_info.h"
 #include "ember/engine/draft_proposer.h"
 #include "ember/kv/capacity_plan.h"
 #include "ember/parallel/communicator.h"
 #include "ember/parallel/tensor_parallel.h"
 
 namespace ember::cli {
-
-bool copy_weights_by_default(int64_t model_bytes, int64_t available_bytes) {
-  return model_bytes >= kCopyWeightsMinBytes && available_bytes > 0 &&
-         model_bytes <= available_bytes / 2;
-}
-
-int64_t model_file_bytes(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p(path);
-  if (p.filename() == "config.json") p = p.parent_path();
-  if (fs::is_regular_file(p, ec)) {
-    const auto size = fs::file_size(p, ec);
-    return ec ? 0 : static_cast<int64_t>(size);
-  }
-  int64_t total = 0;
-  if (!fs::is_directory(p, ec)) return 0;
-  for (const auto& entry : fs::directory_iterator(p, ec)) {
-    if (entry.path().extension() != ".safetensors") continue;
-    const auto size = fs::file_size(entry.path(), ec);
-    if (!ec) total += static_cast<int64_t>(size);
-  }
-  return total;
-}
 
 std::string default_model_path() {
   std::filesystem::path base = "../shared";
@@ -151,16 +126,10 @@ void ModelOptions::add_to(CLI::App& app, unsigned sets) {
   app.add_flag("--check-weights", check_weights,
                "Scan every weight for NaN / Inf at load (default: norms and biases fully, matrices "
                "on a sample of rows); a warning names the tensors");
-  auto* copy = app.add_flag(
-      "--no-mmap", no_mmap,
-      "Copy matrices stored in the compute dtype out of the file into huge-page memory instead of "
-      "reading them in place from the mapping (faster decode on float weights, slower load; the "
-      "process then holds its own copy). Default: copied when the model's files hold 1 GiB or "
-      "more and fit in half the available memory, read in place otherwise");
-  app.add_flag("--mmap", mmap,
-               "Read matrices stored in the compute dtype in place from the file mapping (no copy, "
-               "the fastest load; 4 KiB pages), whatever their size")
-      ->excludes(copy);
+  app.add_flag("--no-mmap", no_mmap,
+               "Copy matrices stored in the compute dtype out of the file into huge-page memory "
+               "instead of reading them in place from the mapping (faster decode on float weights, "
+               "slower load; the process then holds its own copy)");
   if (sets & kRunsModel) add_run_options(app, *this);
 }
 
@@ -211,9 +180,7 @@ LoadOptions ModelOptions::load_options(bool need_tokenizer) const {
   o.backend.device = device < 0 ? 0 : device;
   o.check_weights = check_weights;
   o.backend.interleave_quantized = !no_interleave;
-  o.backend.copy_weights =
-      no_mmap || (!mmap && !dummy &&
-                  copy_weights_by_default(model_file_bytes(o.path), available_memory_bytes()));
+  o.backend.copy_weights = no_mmap;
   o.load_tokenizer = need_tokenizer;
   return o;
 }

@@ -28,8 +28,7 @@ struct ModelOptions {
   bool dummy = false;
   uint64_t dummy_seed = 1234;
   bool no_interleave = false;
-  bool no_mmap = false;  // --no-mmap: always copy float matrices out of the file
-  bool mmap = false;     // --mmap: always read them in place
+  bool no_mmap = false;
   std::string backend = "cpu";
   int threads = 0;
   int device = -1;             // --device: the GPU of --backend cuda (-1: 0, or the local rank)
@@ -92,20 +91,5 @@ struct SamplingOptions {
 
 // Default model when -m is absent: the stories260K fixture beside the repo (or $EMBER_FIXTURES).
 std::string default_model_path();
-
-// Whether float matrices are copied out of the file (as --no-mmap) when neither --mmap nor
-// --no-mmap is given: decode streams every weight once per token, and from 4 KiB pages of the
-// mapping it reads slower than from the copy's 2 MiB pages once the model is large (a TLB entry
-// and a prefetcher restart per 4 KiB). Gemma-2-2B-shaped bf16 (4.3 GB), 2 threads, Zen 5,
-// alternating: 10.3-12.0 tok/s in place, 14.5-15.5 copied; SmolLM2-shaped bf16 (0.27 GB): 212 /
-// 218 in place, 206 / 235 copied (no difference). Copied from kCopyWeightsMinBytes on, when the
-// copy fits in half of MemAvailable (which counts the page cache the file sits in); a model
-// larger than that stays mapped, so it can still run by paging.
-inline constexpr int64_t kCopyWeightsMinBytes = int64_t{1} << 30;
-bool copy_weights_by_default(int64_t model_bytes, int64_t available_bytes);
-
-// The bytes of a model's weight files: a file's size, or the .safetensors files of an HF
-// directory (or of config.json's directory); 0 when there are none.
-int64_t model_file_bytes(const std::string& path);
 
 }  // namespace ember::cli
