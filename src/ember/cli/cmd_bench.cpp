@@ -15,6 +15,7 @@
 #include "ember/core/bandwidth_probe.h"
 #include "ember/core/error.h"
 #include "ember/core/huge_pages.h"
+#include "ember/core/mapped_file.h"
 #include "ember/engine/llm_engine.h"
 
 namespace ember::cli {
@@ -196,6 +197,7 @@ struct BenchRun {
   PrefixResult prefix;
   int threads = 0;
   int64_t matrix_bytes = 0, copied_bytes = 0;
+  int64_t mapped_huge_bytes = 0;  // of the file mappings, bytes in 2 MiB pages after the warm-up
   // What one token's decode step reads: matrix_bytes, less the experts a token is not routed to
   // (mixtures of experts: k of E per layer). The bandwidth figures are set against it.
   int64_t active_bytes = 0;
@@ -209,6 +211,16 @@ struct BenchRun {
       false;  // see has_interleaved_layout: interleaved at load unless --no-interleave
   PrefillRoofline roofline;  // --probe with a prompt: compute ceilings and prefill's op groups
 };
+
+// Bytes of the weights' file mappings the kernel maps with 2 MiB pages (folios of the file's cache
+// that size, mapped whole), counted after the warm-up has faulted them in.
+int64_t mapped_huge_page_bytes(const ModelWeights& weights) {
+  std::vector<std::pair<const void*, std::size_t>> ranges;
+  for (const auto& m : weights.mappings) {
+    if (m && m->size() > 0) ranges.emplace_back(m->data(), m->size());
+  }
+  return ranges.empty() ? 0 : static_cast<int64_t>(huge_page_backed_bytes(ranges));
+}
 
 LLMEngineOptions bench_engine_options(const BenchOptions& o, const LoadedModel* draft) {
   LLMEngineOptions eo = o.model.engine_options(draft);
@@ -258,13 +270,15 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
   // Warm-up: touch every weight page and the KV pool once.
   time_prefill(engine, std::min<int64_t>(16, engine.max_request_tokens() - 1), rng);
   if (o.gen_tokens > 0) time_decode(engine, o.batch, std::min<int64_t>(4, o.gen_tokens), 0, rng);
-  // --probe runs in the pages most of the weights sit in: 2 MiB when ember copied them at load,
-  // else the file's 4 KiB.
+  // --probe runs in the pages most of the weights sit in: 2 MiB when ember copied them at load or
+  // the file's cache holds them in 2 MiB folios (mapped_file.cpp), else 4 KiB.
+  run.mapped_huge_bytes = mapped_huge_page_bytes(model.weights);
   Backend& backend = *model.weights.backend;
   if (o.probe && o.gen_tokens > 0 && backend.probe_read_bandwidth(o.probe_mb << 20) > 0) {
     run.device_probe = &backend;  // the call above was its warm-up pass
   } else if (o.probe && o.gen_tokens > 0) {
-    const bool huge = 2 * model.weights.copied_matrix_bytes() > run.matrix_bytes;
+    const bool huge =
+        2 * (model.weights.copied_matrix_bytes() + run.mapped_huge_bytes) > run.matrix_bytes;
     run.probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.probe_mb) << 20, huge);
     run.probe->measure(run.threads);  // warm-up pass
   }
@@ -385,6 +399,7 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         {"count", E}, {"used_per_token", model.weights.config.n_experts_used}, {"load", layers}};
   }
   j["weight_bytes_in_huge_pages"] = run.backend.weight_bytes_huge_pages;
+  j["mapped_bytes_in_huge_pages"] = run.mapped_huge_bytes;
   j["transparent_huge_pages"] = transparent_huge_pages_mode();
   j["n_params_layers"] = model.weights.config.n_layers;
   auto series = [](int64_t tokens, const std::vector<double>& v) {
@@ -488,12 +503,13 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         static_cast<double>(run.active_bytes) / 1e6, (long long)busiest, (long long)idle,
         run.expert_load.size());
   }
-  // Where decode reads the weights from: the file mapping (4 KiB pages) or ember's own copy.
+  // Where decode reads the weights from: the file mapping (2 MiB pages where the file's cache
+  // holds 2 MiB folios, else 4 KiB) or ember's own copy.
   std::printf(
-      "weights: %.1f MB read in place from the file, %.1f MB copied at load (their memory: %.1f MB "
-      "in 2 MiB pages; transparent huge pages: %s)\n",
+      "weights: %.1f MB read in place from the file (its mapping: %.1f MB in 2 MiB pages), %.1f MB "
+      "copied at load (their memory: %.1f MB in 2 MiB pages; transparent huge pages: %s)\n",
       static_cast<double>(run.matrix_bytes - run.copied_bytes) / 1e6,
-      static_cast<double>(run.copied_bytes) / 1e6,
+      static_cast<double>(run.mapped_huge_bytes) / 1e6, static_cast<double>(run.copied_bytes) / 1e6,
       static_cast<double>(run.backend.weight_bytes_huge_pages) / 1e6,
       transparent_huge_pages_mode().c_str());
   std::printf("| %-8s | %5s | %12s | %21s |\n", "test", "batch", "tok/s (med)", "min .. max");

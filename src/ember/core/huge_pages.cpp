@@ -145,7 +145,9 @@ std::size_t huge_page_backed_bytes(const std::vector<std::pair<const void*, std:
       }
       continue;
     }
-    if (overlap > 0 && line.rfind("AnonHugePages:", 0) == 0) {
+    // Anonymous memory counts its huge pages as AnonHugePages, a file mapping as FilePmdMapped.
+    const bool anon = line.rfind("AnonHugePages:", 0) == 0;
+    if (overlap > 0 && (anon || line.rfind("FilePmdMapped:", 0) == 0)) {
       std::istringstream value(line.substr(14));
       std::size_t kb = 0;
       value >> kb;

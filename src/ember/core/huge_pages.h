@@ -5,8 +5,9 @@
 // project's reference VM (AMD EPYC, 2 cores) two threads summing a 1 GiB buffer read 22-27 GB/s
 // from 4 KiB pages and 25-37 GB/s from 2 MiB pages (3 alternating runs). Weights ember copies at
 // load (interleaved q8_0/q4_0, converted dtypes, or every matrix with --no-mmap) and the KV pool
-// live here. A file mapping cannot take huge pages on most kernels (MADV_COLLAPSE refuses
-// file-backed memory without CONFIG_READ_ONLY_THP_FOR_FS), so zero-copy weights stay on 4 KiB.
+// live here. Zero-copy weights get 2 MiB pages only where the file's cache holds 2 MiB folios
+// (mapped_file.cpp); MADV_COLLAPSE refuses file-backed memory without
+// CONFIG_READ_ONLY_THP_FOR_FS, so a file cached in small folios stays on 4 KiB.
 //
 // With THP set to "never" (or on kernels without it) this is plain anonymous memory: correct,
 // only without the speed-up.
@@ -83,8 +84,9 @@ class HugePageArena {
 // when the kernel does not say (no /sys/kernel/mm/transparent_hugepage).
 std::string transparent_huge_pages_mode();
 
-// Bytes of [p, p + bytes) currently backed by huge pages, from /proc/self/smaps (0 if unknown):
-// exact when the range is a mapping of its own, else that mapping's count shared out by overlap.
+// Bytes of [p, p + bytes) currently backed by huge pages (anonymous, or a file's 2 MiB folios
+// mapped whole), from /proc/self/smaps (0 if unknown): exact when the range is a mapping of its
+// own, else that mapping's count shared out by overlap.
 std::size_t huge_page_backed_bytes(const void* p, std::size_t bytes);
 // The same over several ranges, each huge page counted once.
 std::size_t huge_page_backed_bytes(const std::vector<std::pair<const void*, std::size_t>>& ranges);

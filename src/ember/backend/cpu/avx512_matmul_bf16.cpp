@@ -65,10 +65,15 @@ EMBER_AVX512 void rows_to_bf16(const float* x, int64_t ldx, int64_t T, int64_t K
 // one thread over a decode step's matrices (huge pages, AMD Zen 4) read 65-68% of the single-thread
 // probe with 8-row tiles and software prefetch, 35-40% with 2 or 4 rows and none, and 90-97% one
 // row at a time with no software prefetch (which only got in the way: 60-85%).
+//
+// Intel's cores are the other way round: the stream prefetches 4 KiB ahead into L2 there
+// (decode_stream_prefetch, avx512_util.h).
 
 // Row `row` (K values) against NT tokens: two accumulators per token (even / odd 32-value chunks)
 // for the dot-product latency, summed and reduced once per row.
-template <int NT>
+// kPrefetch: ask for the 128 bytes kDecodePrefetchBytes on (in this row or the ones after it: rows
+// are contiguous, and a prefetch past the matrix is dropped, never a fault) into L2.
+template <int NT, bool kPrefetch>
 EMBER_AVX512 void gemv_row(const uint32_t* xp, int64_t P, int64_t K, const uint8_t* row, float* y,
                            int64_t ldy) {
   __m512 acc[NT][2];
@@ -76,6 +81,11 @@ EMBER_AVX512 void gemv_row(const uint32_t* xp, int64_t P, int64_t K, const uint8
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
+    if constexpr (kPrefetch) {
+      const auto* ahead = reinterpret_cast<const char*>(row + 2 * k) + kDecodePrefetchBytes;
+      _mm_prefetch(ahead, _MM_HINT_T1);
+      _mm_prefetch(ahead + 64, _MM_HINT_T1);
+    }
     const __m512i w0 = _mm512_loadu_si512(row + 2 * k);
     const __m512i w1 = _mm512_loadu_si512(row + 2 * k + 64);
 #pragma GCC unroll 4
@@ -103,8 +113,9 @@ EMBER_AVX512 void gemv_row(const uint32_t* xp, int64_t P, int64_t K, const uint8
 
 // T in [1, 16): each row against up to 4 tokens per pass; from 5 tokens on, the row's further
 // passes read it from L1.
-EMBER_AVX512 void gemv(const uint32_t* xp, int64_t P, int64_t T, const WeightMatrix& w, float* y,
-                       int64_t ldy, int64_t row_begin, int64_t row_end) {
+template <bool kPrefetch>
+EMBER_AVX512 void gemv_rows(const uint32_t* xp, int64_t P, int64_t T, const WeightMatrix& w,
+                            float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
   const int64_t K = w.n_cols, rb = w.row_bytes;
   const auto* base = static_cast<const uint8_t*>(w.data);
   for (int64_t n = row_begin; n < row_end; ++n) {
@@ -114,20 +125,26 @@ EMBER_AVX512 void gemv(const uint32_t* xp, int64_t P, int64_t T, const WeightMat
       float* yt = y + t * ldy + n;
       switch (std::min<int64_t>(4, T - t)) {
         case 1:
-          gemv_row<1>(x, P, K, row, yt, ldy);
+          gemv_row<1, kPrefetch>(x, P, K, row, yt, ldy);
           break;
         case 2:
-          gemv_row<2>(x, P, K, row, yt, ldy);
+          gemv_row<2, kPrefetch>(x, P, K, row, yt, ldy);
           break;
         case 3:
-          gemv_row<3>(x, P, K, row, yt, ldy);
+          gemv_row<3, kPrefetch>(x, P, K, row, yt, ldy);
           break;
         default:
-          gemv_row<4>(x, P, K, row, yt, ldy);
+          gemv_row<4, kPrefetch>(x, P, K, row, yt, ldy);
           break;
       }
     }
   }
+}
+
+EMBER_AVX512 void gemv(const uint32_t* xp, int64_t P, int64_t T, const WeightMatrix& w, float* y,
+                       int64_t ldy, int64_t row_begin, int64_t row_end) {
+  if (decode_stream_prefetch()) return gemv_rows<true>(xp, P, T, w, y, ldy, row_begin, row_end);
+  gemv_rows<false>(xp, P, T, w, y, ldy, row_begin, row_end);
 }
 
 // --- T >= 16: tokens in lanes --------------------------------------------------------------

@@ -26,14 +26,24 @@ EMBER_AVX512_INLINE __m512 load16(const uint8_t* row, int64_t k, __mmask16 mask)
   }
 }
 
-template <DType kDtype, int NT>
+// kPrefetch: ask for the bytes one iteration reads, kDecodePrefetchBytes on, into L2 (Intel:
+// decode_stream_prefetch in avx512_util.h; rows are contiguous, a prefetch past the matrix is
+// dropped, never a fault).
+template <DType kDtype, int NT, bool kPrefetch>
 EMBER_AVX512 void gemv_row(const float* x, int64_t K, const uint8_t* row, float* y, int64_t ldy) {
   __m512 acc[NT][2];
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   const auto all = static_cast<__mmask16>(0xffff);
   int64_t k = 0;
+  constexpr int64_t kElementBytes = kDtype == DType::F32 ? 4 : 2;
   for (; k + 32 <= K; k += 32) {
+    if constexpr (kPrefetch) {
+      const auto* ahead =
+          reinterpret_cast<const char*>(row + kElementBytes * k) + kDecodePrefetchBytes;
+      _mm_prefetch(ahead, _MM_HINT_T1);
+      if constexpr (kElementBytes == 4) _mm_prefetch(ahead + 64, _MM_HINT_T1);
+    }
     const __m512 w0 = load16<kDtype>(row, k, all);
     const __m512 w1 = load16<kDtype>(row, k + 16, all);
 #pragma GCC unroll 4
@@ -60,9 +70,9 @@ EMBER_AVX512 void gemv_row(const float* x, int64_t K, const uint8_t* row, float*
   for (int t = 0; t < NT; ++t) y[t * ldy] = reduce_add(_mm512_add_ps(acc[t][0], acc[t][1]));
 }
 
-template <DType kDtype>
-EMBER_AVX512 void gemv(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
-                       int64_t row_begin, int64_t row_end) {
+template <DType kDtype, bool kPrefetch>
+EMBER_AVX512 void gemv_rows(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                            int64_t row_begin, int64_t row_end) {
   const int64_t K = w.n_cols, rb = w.row_bytes;
   const auto* base = static_cast<const uint8_t*>(w.data);
   for (int64_t n = row_begin; n < row_end; ++n) {
@@ -72,16 +82,16 @@ EMBER_AVX512 void gemv(const float* x, int64_t T, const WeightMatrix& w, float* 
       float* yt = y + t * ldy + n;
       switch (std::min<int64_t>(4, T - t)) {
         case 1:
-          gemv_row<kDtype, 1>(xt, K, row, yt, ldy);
+          gemv_row<kDtype, 1, kPrefetch>(xt, K, row, yt, ldy);
           break;
         case 2:
-          gemv_row<kDtype, 2>(xt, K, row, yt, ldy);
+          gemv_row<kDtype, 2, kPrefetch>(xt, K, row, yt, ldy);
           break;
         case 3:
-          gemv_row<kDtype, 3>(xt, K, row, yt, ldy);
+          gemv_row<kDtype, 3, kPrefetch>(xt, K, row, yt, ldy);
           break;
         default:
-          gemv_row<kDtype, 4>(xt, K, row, yt, ldy);
+          gemv_row<kDtype, 4, kPrefetch>(xt, K, row, yt, ldy);
           break;
       }
     }
@@ -92,8 +102,13 @@ EMBER_AVX512 void gemv(const float* x, int64_t T, const WeightMatrix& w, float* 
 
 void float_gemv(const float* x, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
                 int64_t row_begin, int64_t row_end) {
-  if (w.dtype == DType::F32) return gemv<DType::F32>(x, T, w, y, ldy, row_begin, row_end);
-  gemv<DType::F16>(x, T, w, y, ldy, row_begin, row_end);
+  const bool ahead = decode_stream_prefetch();
+  if (w.dtype == DType::F32) {
+    if (ahead) return gemv_rows<DType::F32, true>(x, T, w, y, ldy, row_begin, row_end);
+    return gemv_rows<DType::F32, false>(x, T, w, y, ldy, row_begin, row_end);
+  }
+  if (ahead) return gemv_rows<DType::F16, true>(x, T, w, y, ldy, row_begin, row_end);
+  gemv_rows<DType::F16, false>(x, T, w, y, ldy, row_begin, row_end);
 }
 
 }  // namespace ember::cpu::avx512
