@@ -11,13 +11,23 @@ double PrefillRoofline::peak_of_family() const {
   return 0;
 }
 
-std::string prefill_matmul_family(const std::string& kernels, DType dtype) {
+std::string prefill_matmul_family(const std::string& kernels, DType dtype,
+                                  const std::vector<ComputePeak>& peaks) {
   const bool quantized = dtype_is_quantized(dtype);
   if (kernels == "amx" && (dtype == DType::BF16 || dtype == DType::Q8_0 || dtype == DType::Q4_0)) {
     return "amx-bf16";
   }
   if (kernels == "amx" || kernels == "avx512") {
-    if (dtype == DType::BF16) return "avx512-bf16";
+    if (dtype == DType::BF16) {
+      // bf16 prefill runs vdpbf16ps, or f32 FMAs where those are faster (Intel, whose vdpbf16ps
+      // runs at a quarter of its FMA rate): the faster of the two peaks is the one it runs on.
+      double dot = 0, fma = 0;
+      for (const ComputePeak& p : peaks) {
+        if (p.family == "avx512-bf16") dot = p.ops_per_second;
+        if (p.family == "avx512-fma") fma = p.ops_per_second;
+      }
+      return fma > dot ? "avx512-fma" : "avx512-bf16";
+    }
     if (quantized) return "avx512-vnni";
   }
   return "avx2-fma";

@@ -24,9 +24,10 @@ struct PrefillRoofline {
 };
 
 // The kernel family prefill matmuls run on for `kernels` (BackendInfo::kernels) and the matrices'
-// dtype: amx-bf16 under AMX for bf16 / q8_0 / q4_0; avx512-bf16 or avx512-vnni under AVX-512;
-// avx2-fma otherwise.
-std::string prefill_matmul_family(const std::string& kernels, DType dtype);
+// dtype: amx-bf16 under AMX for bf16 / q8_0 / q4_0; avx512-bf16 or avx512-fma (the faster in
+// `peaks`) for bf16 and avx512-vnni for quantized matrices under AVX-512; avx2-fma otherwise.
+std::string prefill_matmul_family(const std::string& kernels, DType dtype,
+                                  const std::vector<ComputePeak>& peaks);
 
 void print_roofline(const PrefillRoofline& r);
 nlohmann::ordered_json roofline_json(const PrefillRoofline& r);

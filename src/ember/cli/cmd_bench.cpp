@@ -294,8 +294,8 @@ BenchRun measure(const BenchOptions& o, const LoadedModel& model, const LLMEngin
   const bool roofline = o.probe && o.prompt_tokens > 0;
   if (roofline) {
     run.roofline.peaks = backend.probe_compute();
-    run.roofline.family =
-        prefill_matmul_family(backend.info().kernels, model.weights.matrix_dtype());
+    run.roofline.family = prefill_matmul_family(backend.info().kernels,
+                                                model.weights.matrix_dtype(), run.roofline.peaks);
   }
   for (int r = 0; r < o.repetitions; ++r) {
     if (o.prompt_tokens > 0) {

@@ -10,6 +10,9 @@
 // needs two FMAs: decode reads the same bytes with a third of the instructions, prefill has twice
 // the arithmetic throughput.
 //
+// On Intel CPUs prefill (T >= 16) takes the same products as f32 FMAs instead, which run there at
+// twice vdpbf16ps's rate (avx512_matmul_bf16_fma.cpp); decode stays here.
+//
 // Prepared activations (bf16 pairs, 32 bits each; K32 = K rounded up to 32, P = K32 / 2 pairs):
 //   T < 16:  [T][P]      each token's values in order (a plain bf16 row, zero-padded to K32);
 //   T >= 16: [G][P][16]  16 tokens side by side for every pair (token lanes), G = ceil(T / 16).
@@ -181,25 +184,12 @@ EMBER_AVX512 void gemm_tile(const uint32_t* xg, int64_t P, int64_t K, const uint
   const int64_t full_pairs = K / 2;
   for (int64_t j = 0; j < full_pairs; ++j) gemm_step<R, NG, false>(xg, P, j, w, row_bytes, acc);
   if (K % 2 != 0) gemm_step<R, NG, true>(xg, P, full_pairs, w, row_bytes, acc);
-  // Each token's R outputs are adjacent in y: gathered from the tile's lanes and written by one
-  // masked store per token. R scalar stores per token cost a third of the time on wide matrices,
-  // whose token rows in y are a multiple of 4 KiB apart and share one L1 set (one thread, 128
-  // tokens, K 2,304 x N 9,216: 257 -> 380 GFLOP/s; K 576 x N 1,536: 230 -> 360).
   alignas(64) float lanes[R][kGroupTokens];
-  const __m512i column =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(kGroupTokens)));
-  const __mmask16 row_mask = lanes16(R);
   for (int g = 0; g < NG; ++g) {
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) _mm512_store_ps(lanes[r], acc[r][g]);
-    const int64_t n = std::min<int64_t>(kGroupTokens, tokens - g * kGroupTokens);
-    for (int64_t i = 0; i < n; ++i) {
-      const __m512 v =
-          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), row_mask,
-                                   _mm512_add_epi32(column, _mm512_set1_epi32(i)), &lanes[0][0], 4);
-      _mm512_mask_storeu_ps(y + (g * kGroupTokens + i) * ldy, row_mask, v);
-    }
+    store_token_lanes<R>(&lanes[0][0], std::min<int64_t>(kGroupTokens, tokens - g * kGroupTokens),
+                         y + g * kGroupTokens * ldy, ldy);
   }
 }
 
@@ -224,12 +214,8 @@ EMBER_AVX512 void gemm_rows(const uint32_t* xg, int64_t P, int64_t T, const Weig
 // in L1/L2; the leftover rows in tiles of 8, 4, 2, 1.
 EMBER_AVX512 void gemm(const uint32_t* xg, int64_t P, int64_t T, const WeightMatrix& w, float* y,
                        int64_t ldy, int64_t row_begin, int64_t row_end) {
-  int64_t n = row_begin;
-  for (; n + 12 <= row_end; n += 12) gemm_rows<12>(xg, P, T, w, y, ldy, n);
-  for (; n + 8 <= row_end; n += 8) gemm_rows<8>(xg, P, T, w, y, ldy, n);
-  for (; n + 4 <= row_end; n += 4) gemm_rows<4>(xg, P, T, w, y, ldy, n);
-  for (; n + 2 <= row_end; n += 2) gemm_rows<2>(xg, P, T, w, y, ldy, n);
-  for (; n < row_end; ++n) gemm_rows<1>(xg, P, T, w, y, ldy, n);
+  for_each_row_tile(row_begin, row_end,
+                    [&]<int R>(int64_t n) { gemm_rows<R>(xg, P, T, w, y, ldy, n); });
 }
 
 }  // namespace
@@ -275,6 +261,7 @@ EMBER_AVX512 void bf16_matmul_prepared(const float* xp, int64_t T, const WeightM
   const int64_t P = pairs_per_token(w.n_cols);
   const auto* x = reinterpret_cast<const uint32_t*>(xp);
   if (T < kGroupTokens) return gemv(x, P, T, w, y, ldy, row_begin, row_end);
+  if (bf16_prefill_uses_fma()) return bf16_gemm_fma(x, P, T, w, y, ldy, row_begin, row_end);
   gemm(x, P, T, w, y, ldy, row_begin, row_end);
 }
 

@@ -92,6 +92,18 @@ EMBER_AVX2 double avx2_fma_loop() {
   return kAccumulators * static_cast<double>(kIterations) * 2 * 8;
 }
 
+EMBER_AVX512 double avx512_fma_loop() {
+  __m512 acc[kAccumulators];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  const __m512 b = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < kIterations; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < kAccumulators; ++j) acc[j] = _mm512_fmadd_ps(acc[j], b, b);
+  }
+  for (auto& a : acc) __asm__ volatile("" : : "v"(a));
+  return kAccumulators * static_cast<double>(kIterations) * 2 * 16;
+}
+
 bool has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -135,6 +147,7 @@ std::vector<ComputePeak> measure_compute_peaks(ThreadPool& threads) {
   if (has_avx512()) {
     peaks.push_back({"avx512-bf16", peak(threads, avx512_bf16_loop), false});
     peaks.push_back({"avx512-vnni", peak(threads, avx512_vnni_loop), true});
+    peaks.push_back({"avx512-fma", peak(threads, avx512_fma_loop), false});
   }
   if (has_avx2()) peaks.push_back({"avx2-fma", peak(threads, avx2_fma_loop), false});
   return peaks;

@@ -13,7 +13,8 @@
 namespace ember::cpu {
 
 // Families, when the CPU (and, for AMX, the OS) allows them: amx-bf16 (TDPBF16PS), amx-int8
-// (TDPBSSD), avx512-bf16 (VDPBF16PS), avx512-vnni (VPDPBUSD), avx2-fma (VFMADD f32).
+// (TDPBSSD), avx512-bf16 (VDPBF16PS), avx512-vnni (VPDPBUSD), avx512-fma
+// (VFMADD f32 on 512 bits), avx2-fma (VFMADD f32).
 std::vector<ComputePeak> measure_compute_peaks(ThreadPool& threads);
 
 }  // namespace ember::cpu
