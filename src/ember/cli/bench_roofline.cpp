@@ -20,7 +20,7 @@ std::string prefill_matmul_family(const std::string& kernels, DType dtype,
   if (kernels == "amx" || kernels == "avx512") {
     if (dtype == DType::BF16) {
       // bf16 prefill runs vdpbf16ps, or f32 FMAs where those are faster (Intel, whose vdpbf16ps
-      // runs at a quarter of its FMA rate): the faster of the two peaks is the one it runs on.
+      // does half the flops a cycle of its FMAs): the faster of the two peaks is the one it runs on.
       double dot = 0, fma = 0;
       for (const ComputePeak& p : peaks) {
         if (p.family == "avx512-bf16") dot = p.ops_per_second;

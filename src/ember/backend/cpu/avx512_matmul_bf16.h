@@ -17,7 +17,7 @@ void bf16_matmul_prepared(const float* xp, int64_t T, const WeightMatrix& w, flo
 
 // Prefill (T >= 16) of prepared activations P pairs per token through f32 FMAs
 // (avx512_matmul_bf16_fma.cpp), which bf16_matmul_prepared takes where bf16_prefill_uses_fma():
-// on Intel CPUs, whose vdpbf16ps runs at a quarter of their FMA rate.
+// on Intel CPUs, whose vdpbf16ps does half the flops a cycle of their FMAs.
 bool bf16_prefill_uses_fma();
 void bf16_gemm_fma(const uint32_t* xg, int64_t P, int64_t T, const WeightMatrix& w, float* y,
                    int64_t ldy, int64_t row_begin, int64_t row_end);

@@ -1,8 +1,8 @@
-// bf16 prefill (T >= 16) through f32 FMAs, for CPUs whose vdpbf16ps runs at a quarter of their FMA
-// rate: a Xeon of the Sapphire Rapids family issues one zmm vdpbf16ps every two cycles (85 GFLOP/s
-// a core) and two zmm FMAs a cycle (174 GFLOP/s), so the same products as f32 FMAs do twice the
-// work per cycle even after widening the bf16 values. AMD's Zen 4/5 run vdpbf16ps at the FMA's
-// rate and keep the dot-product tile (avx512_matmul_bf16.cpp).
+// bf16 prefill (T >= 16) through f32 FMAs, for CPUs whose vdpbf16ps does half the flops a cycle of
+// their FMAs: a Xeon of the Sapphire Rapids family issues one zmm vdpbf16ps every two cycles (85
+// GFLOP/s a core) and two zmm FMAs a cycle (174 GFLOP/s), so the same products as f32 FMAs do twice
+// the work per cycle even after widening the bf16 values. AMD's Zen 4/5 issue vdpbf16ps as fast as
+// an FMA (twice its flops) and keep the dot-product tile (avx512_matmul_bf16.cpp).
 //
 // Input: the prepared activations of avx512_matmul_bf16.cpp ([G][P][16] bf16 pairs, tokens in
 // lanes, rounded to bf16 once). Each pair widens to two f32 vectors (even and odd k) with one
