@@ -308,7 +308,8 @@ EMBER_AVX2 void matmul_panels(const float* x, int64_t ldx, int64_t T, const Weig
       // The next panel's raw rows, spread over this panel's tiles (first token group only).
       const int64_t next_rows = std::clamp<int64_t>(row_end - p - kPanel, 0, kPanel);
       const uint8_t* next = base + (p + kPanel) * rb;
-      const int64_t tiles = (rows + kLanesTileRows - 1) / kLanesTileRows;
+      const int64_t tile_rows = lanes_tile_rows();
+      const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
       LinePrefetcher next_panel(next, next + next_rows * rb, tiles * ((Kp + 3) / 4), true);
       panel_lanes(x, T, Kp, pw, ldw, rows, y + p, ldy,
                   kDtype == DType::F32 ? base + row_end * rb : nullptr,

@@ -13,6 +13,8 @@
 
 #include "ember/backend/cpu/avx2_prefetch.h"
 #include "ember/backend/cpu/avx2_util.h"
+#include "ember/backend/cpu/avx512_panel_lanes.h"
+#include "ember/backend/cpu/kernels.h"
 
 namespace ember::cpu::avx2 {
 namespace {
@@ -197,6 +199,9 @@ EMBER_AVX2 void group_tokens(const float* x, int64_t ldx, int64_t token_begin, i
 EMBER_AVX2 void panel_lanes(const float* xg, int64_t T, int64_t K, const float* w, int64_t ldw,
                             int64_t rows, float* y, int64_t ldy, const uint8_t* prefetch_limit,
                             LinePrefetcher* next_panel) {
+  if (lanes_on_zmm()) {
+    return avx512::panel_lanes(xg, T, K, w, ldw, rows, y, ldy, prefetch_limit, next_panel);
+  }
   constexpr int R = kLanesTileRows;
   const int64_t groups = (T + kGroupTokens - 1) / kGroupTokens;
   const int64_t block = std::max<int64_t>(1, 256 * 1024 / (K * kGroupTokens * 4));
@@ -224,6 +229,15 @@ EMBER_AVX2 void panel_lanes(const float* xg, int64_t T, int64_t K, const float* 
       }
     }
   }
+}
+
+bool lanes_on_zmm() {
+  const Isa isa = active_isa();
+  return (isa == Isa::Avx512 || isa == Isa::Amx) && avx512::float_gemm_uses_zmm();
+}
+
+int64_t lanes_tile_rows() {
+  return lanes_on_zmm() ? 12 : kLanesTileRows;
 }
 
 }  // namespace ember::cpu::avx2

@@ -23,6 +23,11 @@ void group_tokens(const float* x, int64_t ldx, int64_t token_begin, int64_t toke
 // converted panel, a prefetcher of the raw rows the next panel will convert, stepped (K / 4 times
 // per tile) during the first group's pass so those bytes arrive while this panel computes; or
 // nullptr.
+// Whether panel_lanes runs the 512-bit tile (avx512_panel_lanes.h): the AVX-512 or AMX kernel set
+// on an Intel CPU. lanes_tile_rows: the rows of the tile it runs then (12) or kLanesTileRows.
+bool lanes_on_zmm();
+int64_t lanes_tile_rows();
+
 void panel_lanes(const float* xg, int64_t T, int64_t K, const float* w, int64_t ldw, int64_t rows,
                  float* y, int64_t ldy, const uint8_t* prefetch_limit, LinePrefetcher* next_panel);
 

@@ -5,7 +5,8 @@
 // decode step and compute-bound); every other kernel is the AVX2 one (the table in kernels.cpp
 // points there). Elementwise ops on 135M-class shapes are a few percent of a step and memory- or
 // latency-bound, and the f32/f16 prefill GEMM gains nothing from 512-bit FMAs on CPUs that split
-// them into two 256-bit halves (AMD Zen 4), so those stay on one tested implementation.
+// them into two 256-bit halves (AMD Zen 4), so those stay on one tested implementation; on Intel
+// its inner tile runs on zmm (avx512_panel_lanes.cpp, the same bits).
 #include "ember/backend/cpu/avx512_matmul_bf16.h"
 #include "ember/backend/cpu/avx512_matmul_float.h"
 #include "ember/backend/cpu/kernels_isa.h"
