@@ -20,7 +20,8 @@ constexpr std::size_t kLineFloats = 32;  // 128 bytes: one iteration of the AVX2
 #if defined(__x86_64__)
 // Four independent accumulators so the loop is bound by loads, not by add latency. kPrefetch:
 // also ask for the lines 4 KiB ahead into L2, as the decode kernels do on Intel CPUs, whose
-// hardware prefetchers alone read well below the memory's bandwidth (avx512_matmul_bf16.cpp).
+// hardware prefetchers alone read well below the memory's bandwidth (decode_stream_prefetch in
+// backend/cpu/avx512_util.h).
 template <bool kPrefetch>
 __attribute__((target("avx2"))) float sum_avx2(const float* p, std::size_t n) {
   constexpr std::size_t kAheadFloats = 4096 / sizeof(float);
