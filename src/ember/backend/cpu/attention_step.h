@@ -4,7 +4,9 @@
 // The AVX-512 steps (avx512_attention_step.cpp) compute exactly what avx2_attention.cpp's grouped
 // token_step does, bit for bit: every (head, key) dot product keeps its eight accumulator lanes and
 // their reduction tree, the scores' exponentials and sums run in the same order per lane, and P V
-// accumulates each output value over the keys in the same order. So a model's results do not
+// accumulates each output value over the keys in the same order; a q8_0 K cache is scored in
+// integers by both (avx2_q8_scores.h, avx512_q8_scores.h: exact sums, then kv_query_q8.h's float
+// rule lane by lane). So a model's results do not
 // depend on which of the two ran a step (the single-token / query-tile / segment tests hold across
 // them), while a 512-bit FMA does the work of two 256-bit ones.
 #pragma once
@@ -13,6 +15,7 @@
 #include <cstdint>
 
 #include "ember/backend/cpu/avx512_util.h"
+#include "ember/backend/cpu/kernels.h"
 #include "ember/core/dtype.h"
 
 namespace ember::cpu {
@@ -54,13 +57,16 @@ struct ChannelKRegion {
 // acc [G, hd_pad], then acc += P V. The step's n keys lie in blocks of bs rows: K rows at kb[b],
 // k_stride elements apart, V rows at vb[b], v_stride apart. Row elements: float, uint16_t (f16),
 // avx2::Bf16, BlockQ8_0 / BlockQ4_0 (hd % 32 == 0), or per-channel K (widened to float, or sealed
-// regions read as they are: ChannelKRegion, k_stride unused) with BlockQ4_0 V. Call only where the
-// CPU has the AVX-512 set (kernels.cpp).
+// regions read as they are: ChannelKRegion, k_stride unused) with BlockQ4_0 V. BlockQ8_0 K (with
+// BlockQ8_0 or float V) is scored in integers against qq, the G heads' queries rounded to q8_0
+// blocks (hd / 32 per head; kv_query_q8.h); other K elements score against qg and ignore qq. Call
+// only where the CPU has the AVX-512 set (kernels.cpp).
 template <int G, typename KElem, typename VElem>
-EMBER_AVX512 void token_step(const float* qg, const KElem* const* kb, const VElem* const* vb,
-                             int64_t bs, int64_t n, int64_t k_stride, int64_t v_stride, int64_t hd,
-                             int64_t hd_pad, float scale, const StepRule& rule, int64_t step_pad,
-                             float* scores, float* acc, float* m, float* l);
+EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem* const* kb,
+                             const VElem* const* vb, int64_t bs, int64_t n, int64_t k_stride,
+                             int64_t v_stride, int64_t hd, int64_t hd_pad, float scale,
+                             const StepRule& rule, int64_t step_pad, float* scores, float* acc,
+                             float* m, float* l);
 
 }  // namespace avx512
 }  // namespace ember::cpu

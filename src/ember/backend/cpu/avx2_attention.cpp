@@ -15,6 +15,8 @@
 // token is widened (exactly) in registers by the grouped kernels, 8 values at a time; read by
 // several tokens, on the head-by-head path, or in any other combination, each (block, kv head) is
 // widened once into per-thread f32 rows for all of them (kv_row_format.h gives the formats).
+// q8_0 K in 32-value groups is never widened: every path scores it in integers against the query
+// rounded to q8_0 (kv_query_q8.h, avx2_q8_scores.h), 8 keys at a time with the keys in lanes.
 //
 // The walk over the blocks here is shared with the AVX-512 set, which hands each softmax step of
 // the grouped heads to avx512::token_step (attention_step.h: the same bits on 512-bit vectors, and
@@ -29,8 +31,10 @@
 #include "ember/backend/cpu/avx2_attention_group.h"
 #include "ember/backend/cpu/avx2_attention_head.h"
 #include "ember/backend/cpu/avx2_kv_rows.h"
+#include "ember/backend/cpu/avx2_q8_scores.h"
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/kv_query_q8.h"
 #include "ember/backend/kv_row_format.h"
 #include "ember/core/aligned_vector.h"
 
@@ -45,6 +49,9 @@ struct AttentionScratch {
   // The segments folded so far (fold_attention_state): [rows, hd_pad], [rows], [rows].
   std::vector<float> total_acc, total_m, total_l;
   AlignedVector<float> k, v;  // a step's narrow blocks widened: [step_keys, hd_pad]
+  // The call's queries rounded to q8_0 blocks for integer scores (kv_query_q8.h): [tokens,
+  // heads, hd / 32].
+  std::vector<BlockQ8Act> q8;
 };
 
 // Every cache line of [p, p + bytes) into L1.
@@ -109,14 +116,17 @@ PoolRead pool_read(const PagedKv& kv, int group_kernel, int64_t nt) {
 // One softmax step of one token for the `group` query heads of a kv head (qg: their queries, hd
 // apart): scores, the online-softmax update of m, l and acc [group, hd_pad], then acc += P V. The
 // step's blocks: kb[b] / vb[b], rows k_stride / v_stride apart. G > 0: the grouped kernels
-// (group == G, hd % 8 == 0); G == 0: head by head (any group and hd; f32 rows).
+// (group == G, hd % 8 == 0), q8_0 K (BlockQ8_0) scored in integers against qq (the heads' queries
+// rounded to q8_0); G == 0: head by head (any group and hd; f32 rows).
 template <int G, typename KElem, typename VElem>
-EMBER_AVX2_INLINE void token_step(const float* qg, const KElem* const* kb, const VElem* const* vb,
-                                  int64_t group, int64_t bs, int64_t n, int64_t k_stride,
-                                  int64_t v_stride, int64_t hd, int64_t hd_pad, __m256i hd_mask,
-                                  float scale, const StepRule& rule, int64_t step_pad,
-                                  float* scores, float* acc, float* m, float* l) {
-  if constexpr (G > 0) {
+EMBER_AVX2_INLINE void token_step(const float* qg, const BlockQ8Act* qq, const KElem* const* kb,
+                                  const VElem* const* vb, int64_t group, int64_t bs, int64_t n,
+                                  int64_t k_stride, int64_t v_stride, int64_t hd, int64_t hd_pad,
+                                  __m256i hd_mask, float scale, const StepRule& rule,
+                                  int64_t step_pad, float* scores, float* acc, float* m, float* l) {
+  if constexpr (G > 0 && std::is_same_v<KElem, BlockQ8_0>) {
+    q8_step_scores<G>(qq, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
+  } else if constexpr (G > 0) {
     group_step_scores<G>(qg, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
   } else {
     static_assert(std::is_same_v<KElem, float> && std::is_same_v<VElem, float>,
@@ -215,6 +225,19 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
     scratch.total_acc.resize(static_cast<size_t>(all_rows * hd_pad));
   }
   const PoolRead read = pool_read(kv, G, nt);
+  // q8_0 K is never widened: every read of it scores in integers (kv_query_q8.h), so a token's
+  // scores do not depend on the path (one token or a tile, any ISA).
+  const bool int8_keys = G > 0 && kv_scores_in_int8(kv.k_dtype, hd, kv.k_channel);
+  const int64_t q8_heads = n_g * group, q8_groups = hd / kQuantBlock;
+  if (int8_keys) {
+    if (static_cast<int64_t>(scratch.q8.size()) < nt * q8_heads * q8_groups) {
+      scratch.q8.resize(static_cast<size_t>(nt * q8_heads * q8_groups));
+    }
+    for (int64_t u = 0; u < nt; ++u) {
+      avx2::quantize_activations(q + u * q_stride + kv_head_begin * group * hd, 1, q8_heads * hd,
+                                 scratch.q8.data() + u * q8_heads * q8_groups);
+    }
+  }
   if ((read == PoolRead::Widened || read == PoolRead::ChannelQ4) &&
       static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
     scratch.k.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
@@ -290,7 +313,9 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         if (read == PoolRead::Widened || (read == PoolRead::ChannelQ4 && !channel_k_as_is)) {
           const int64_t n_rows = std::min(bs, ctx_last - pb);
           float* kd = scratch.k.data() + b * bs * hd_pad;
-          if (!kv.k_channel) {
+          if (int8_keys) {
+            // read in place
+          } else if (!kv.k_channel) {
             widen_kv_rows(blocks.kb[b], kv.k_dtype, kv.k_row_bytes, n_rows, hd, hd_pad, kd);
           } else if (pb / bs == (ctx_last - 1) / bs) {  // the tokens' own block: exact rows
             widen_f16_rows(kv.k_exact_rows(block_of(pb / bs), g), n_rows, hd, hd_pad, kd);
@@ -314,6 +339,9 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         if (p0 >= ctx_len || p0 + step_keys <= rule.first) continue;
         const int64_t n = std::min(step_keys, ctx_len - p0);
         const float* qg = q + u * q_stride + g * group * hd;  // the group's heads are consecutive
+        const int64_t q8_row = u * q8_heads + (g - kv_head_begin) * group;
+        const BlockQ8Act* qq = int8_keys ? scratch.q8.data() + q8_row * q8_groups : nullptr;
+        const auto qq_head = [&](int64_t h) { return qq != nullptr ? qq + h * q8_groups : qq; };
         float* acc = scratch.acc.data() + (head_row0 + u * group) * hd_pad;
         float* m = scratch.m.data() + head_row0 + u * group;
         float* l = scratch.l.data() + head_row0 + u * group;
@@ -325,18 +353,18 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
           if constexpr (G > 0) {
             for (int64_t h = 0; h < group; h += G) {
               if constexpr (kAvx512Steps) {
-                avx512::token_step<G>(qg + h * hd, kb, vb, bs, n, k_stride, v_stride, hd, hd_pad,
-                                      scale, rule, step_pad, scores, acc + h * hd_pad, m + h,
-                                      l + h);
+                avx512::token_step<G>(qg + h * hd, qq_head(h), kb, vb, bs, n, k_stride, v_stride,
+                                      hd, hd_pad, scale, rule, step_pad, scores, acc + h * hd_pad,
+                                      m + h, l + h);
               } else {
-                token_step<G>(qg + h * hd, kb, vb, G, bs, n, k_stride, v_stride, hd, hd_pad,
-                              hd_mask, scale, rule, step_pad, scores, acc + h * hd_pad, m + h,
-                              l + h);
+                token_step<G>(qg + h * hd, qq_head(h), kb, vb, G, bs, n, k_stride, v_stride, hd,
+                              hd_pad, hd_mask, scale, rule, step_pad, scores, acc + h * hd_pad,
+                              m + h, l + h);
               }
             }
           } else {
-            token_step<G>(qg, kb, vb, group, bs, n, k_stride, v_stride, hd, hd_pad, hd_mask, scale,
-                          rule, step_pad, scores, acc, m, l);
+            token_step<G>(qg, qq, kb, vb, group, bs, n, k_stride, v_stride, hd, hd_pad, hd_mask,
+                          scale, rule, step_pad, scores, acc, m, l);
           }
         };
         const auto narrow_step = [&](auto elem) EMBER_AVX2_LAMBDA {
@@ -385,6 +413,15 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
             }
             default:
               break;
+          }
+          if (int8_keys) {  // V widened into the scratch, K read in place
+            const BlockQ8_0* kb[StepBlocks::kMax];
+            for (int64_t b = 0; b < n_blocks; ++b) {
+              kb[b] = reinterpret_cast<const BlockQ8_0*>(blocks.kb[b]);
+            }
+            step(kb, blocks.v, kv.k_row_bytes / static_cast<int64_t>(sizeof(BlockQ8_0)),
+                 row_stride);
+            continue;
           }
         }
         step(blocks.k, blocks.v, row_stride, row_stride);

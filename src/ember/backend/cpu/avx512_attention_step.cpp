@@ -7,7 +7,8 @@
 // rebuilt from even/odd lane permutes ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), 8 keys at
 // a time. P V: each output value is a lane of its own over the keys, so 16 consecutive values per
 // vector change nothing. Softmax: exponentials per lane (exp16 = avx2::exp), their sum folded into
-// 8 lanes in the AVX2 chunk order.
+// 8 lanes in the AVX2 chunk order. q8_0 K: integer scores, 16 keys per vector (avx512_q8_scores.h),
+// the AVX2 kernel's bits because the sums are exact.
 //
 // BM_Attention (8,192 keys, SmolLM2's 9 heads over 3 kv heads, head_dim 64, one thread, Zen 5):
 // see the README's KV cache section for the figures.
@@ -19,6 +20,7 @@
 #include "ember/backend/cpu/attention_step.h"
 #include "ember/backend/cpu/avx2_attention_group.h"
 #include "ember/backend/cpu/avx2_kv_rows.h"
+#include "ember/backend/cpu/avx512_q8_scores.h"
 #include "ember/backend/cpu/avx512_util.h"
 
 namespace ember::cpu::avx512 {
@@ -401,11 +403,16 @@ EMBER_AVX512_INLINE void group_pv(float* acc, int64_t acc_stride, const float* p
 }  // namespace
 
 template <int G, typename KElem, typename VElem>
-EMBER_AVX512 void token_step(const float* qg, const KElem* const* kb, const VElem* const* vb,
-                             int64_t bs, int64_t n, int64_t k_stride, int64_t v_stride, int64_t hd,
-                             int64_t hd_pad, float scale, const StepRule& rule, int64_t step_pad,
-                             float* scores, float* acc, float* m, float* l) {
-  avx512::group_step_scores<G>(qg, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
+EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem* const* kb,
+                             const VElem* const* vb, int64_t bs, int64_t n, int64_t k_stride,
+                             int64_t v_stride, int64_t hd, int64_t hd_pad, float scale,
+                             const StepRule& rule, int64_t step_pad, float* scores, float* acc,
+                             float* m, float* l) {
+  if constexpr (std::is_same_v<KElem, BlockQ8_0>) {
+    q8_step_scores<G>(qq, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
+  } else {
+    avx512::group_step_scores<G>(qg, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
+  }
   if (rule.active()) {
     for (int64_t j = 0; j < G; ++j) apply_step_rule(scores + j * step_pad, n, rule);
   }
@@ -418,10 +425,11 @@ EMBER_AVX512 void token_step(const float* qg, const KElem* const* kb, const VEle
   }
 }
 
-#define EMBER_TOKEN_STEP(G, K, V)                                                            \
-  template void token_step<G, K, V>(const float*, const K* const*, const V* const*, int64_t, \
-                                    int64_t, int64_t, int64_t, int64_t, int64_t, float,      \
-                                    const StepRule&, int64_t, float*, float*, float*, float*);
+#define EMBER_TOKEN_STEP(G, K, V)                                                                 \
+  template void token_step<G, K, V>(const float*, const BlockQ8Act*, const K* const*,             \
+                                    const V* const*, int64_t, int64_t, int64_t, int64_t, int64_t, \
+                                    int64_t, float, const StepRule&, int64_t, float*, float*,     \
+                                    float*, float*);
 #define EMBER_TOKEN_STEPS(K, V) \
   EMBER_TOKEN_STEP(1, K, V)     \
   EMBER_TOKEN_STEP(2, K, V)     \
@@ -431,6 +439,7 @@ EMBER_TOKEN_STEPS(float, float)
 EMBER_TOKEN_STEPS(uint16_t, uint16_t)
 EMBER_TOKEN_STEPS(Bf16, Bf16)
 EMBER_TOKEN_STEPS(BlockQ8_0, BlockQ8_0)
+EMBER_TOKEN_STEPS(BlockQ8_0, float)
 EMBER_TOKEN_STEPS(BlockQ4_0, BlockQ4_0)
 EMBER_TOKEN_STEPS(float, BlockQ4_0)
 EMBER_TOKEN_STEPS(ChannelKRegion, BlockQ4_0)

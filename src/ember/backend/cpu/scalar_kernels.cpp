@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/kv_query_q8.h"
 #include "ember/backend/kv_row_format.h"
 #include "ember/backend/reference/reference_kernels.h"
 #include "ember/core/half.h"
@@ -160,9 +161,14 @@ void attention_keys(const float* q, int64_t n_heads, const PagedKv& kv, const in
   float* total = acc + 3 * hd;
   const int64_t first = std::max(key_begin, scores.first_key(ctx_len));
   const int64_t last = std::min(key_end, ctx_len);
+  // A q8_0 K cache: integer scores against the query rounded to q8_0 (kv_query_q8.h).
+  const bool int8_keys = kv_scores_in_int8(kv.k_dtype, hd, kv.k_channel);
+  thread_local std::vector<BlockQ8Act> q8;
+  if (int8_keys) q8.resize(static_cast<size_t>(hd / kQuantBlock));
   for (int64_t h = kv_head_begin * group; h < kv_head_end * group; ++h) {
     const int64_t g = h / group;
     const float* qh = q + h * hd;
+    if (int8_keys) scalar::quantize_activations(qh, 1, hd, q8.data());
     float m = -INFINITY, l = 0.0f, total_m = -INFINITY, total_l = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
     for (int64_t p = first; p < last; ++p) {
@@ -174,9 +180,11 @@ void attention_keys(const float* q, int64_t n_heads, const PagedKv& kv, const in
       }
       const int32_t block = block_table[p / kv.block_size];
       const int64_t row = kv.row_index(block, p % kv.block_size, g);
-      const float* k = kv.read_k(block, p, ctx_len - 1, g, k_buf);
       const float* v = kv_row(kv.v_row(row), kv.v_dtype, hd, v_buf);
-      float s = dot(qh, k, hd) * scores.scale;
+      float s = int8_keys
+                    ? q8_key_score(q8.data(), reinterpret_cast<const BlockQ8_0*>(kv.k_row(row)), hd,
+                                   scores.scale)
+                    : dot(qh, kv.read_k(block, p, ctx_len - 1, g, k_buf), hd) * scores.scale;
       if (scores.softcap > 0.0f) s = scores.softcap * std::tanh(s / scores.softcap);
       if (s > m) {
         const float c = std::exp(m - s);  // 0 on the first position (m = -inf)

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ember/backend/cpu/kv_query_q8.h"
 #include "ember/backend/cpu/weight_layout.h"
 #include "ember/backend/kv_row_format.h"
 #include "ember/core/dequantize.h"
@@ -160,14 +161,26 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
       kv_read_row(kv.v_row(row), hd, kv.v_dtype, &v[static_cast<size_t>((p * n_kv + g) * hd)]);
     }
   }
+  // A q8_0 K cache scores against the query rounded to q8_0 as well (kv_query_q8.h: what the cpu
+  // backend's integer dot products compute), here as the exact values dq * q8.
+  std::vector<double> qs(q, q + n_heads * hd);
+  if (cpu::kv_scores_in_int8(kv.k_dtype, hd, kv.k_channel)) {
+    std::vector<BlockQ8Act> q8(static_cast<size_t>(hd / kQuantBlock));
+    for (int64_t h = 0; h < n_heads; ++h) {
+      reference::quantize_activations(q + h * hd, 1, hd, q8.data());
+      for (int64_t d = 0; d < hd; ++d) {
+        qs[h * hd + d] =
+            static_cast<double>(q8[d / kQuantBlock].d) * q8[d / kQuantBlock].qs[d % kQuantBlock];
+      }
+    }
+  }
   std::vector<double> s(static_cast<size_t>(ctx_len));
   for (int64_t h = 0; h < n_heads; ++h) {
     const int64_t g = h / group;
     double mx = -INFINITY;
     for (int64_t p = first; p < ctx_len; ++p) {
       double dot = 0.0;
-      for (int64_t d = 0; d < hd; ++d)
-        dot += static_cast<double>(q[h * hd + d]) * k[(p * n_kv + g) * hd + d];
+      for (int64_t d = 0; d < hd; ++d) dot += qs[h * hd + d] * k[(p * n_kv + g) * hd + d];
       s[p] = dot * scores.scale;
       if (scores.softcap > 0.0f) s[p] = scores.softcap * std::tanh(s[p] / scores.softcap);
       mx = std::max(mx, s[p]);
