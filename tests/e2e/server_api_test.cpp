@@ -596,8 +596,9 @@ TEST(ServerKvPool, SizedFromMemAndPrintedAtStartup) {
       << log;
   EXPECT_EQ(server.stop(SIGTERM), 0);
 
-  // A per-channel q4_0 K and an early-exit draft: the exact rows and the draft's own pool come out
-  // of the same 64 MiB (kv_pool_costs_test.cpp has the arithmetic), and the plan names both.
+  // A per-channel q4_0 K and an early-exit draft: the exact rows and the draft's K/V in each block
+  // come out of the same 64 MiB (kv_pool_costs_test.cpp has the arithmetic), and the plan names
+  // both.
   test::ServerProcess drafted("-m " + test::shell_quote(model.string()) +
                               " -t 1 --mem 64MiB --kv-dtype q4_0 --draft-layers 2");
   ASSERT_TRUE(drafted.ready()) << drafted.startup_error();
@@ -606,7 +607,8 @@ TEST(ServerKvPool, SizedFromMemAndPrintedAtStartup) {
   EXPECT_NE(drafted_log.find("KV pool 45.9 MB"), std::string::npos) << drafted_log;
   EXPECT_NE(drafted_log.find("plan: per-channel K keeps the exact rows"), std::string::npos)
       << drafted_log;
-  EXPECT_NE(drafted_log.find("plan: the draft's own KV pool: "), std::string::npos) << drafted_log;
+  EXPECT_NE(drafted_log.find("plan: the draft's K/V in the same "), std::string::npos)
+      << drafted_log;
   EXPECT_EQ(drafted.stop(SIGTERM), 0);
 
   const auto r = test::run_ember("serve -m " + test::shell_quote(model.string()) + " --mem 100KB");

@@ -123,7 +123,7 @@ int64_t available_memory() {
 }
 
 // What a KV pool costs beside the weights (model_runner.h): its blocks, a window pool, the exact
-// rows of per-channel K, and a draft model's own pool and weights.
+// rows of per-channel K, and a draft model's K/V in every block and its weights.
 KvPoolCosts serve_pool_costs(const LoadedModel& model, const EngineOptions& eo,
                              const SpeculativeOptions& spec) {
   KvPoolCosts costs = kv_pool_costs(model.weights, eo);
@@ -203,7 +203,7 @@ void print_serve_plan(const LoadedModel& model, const AsyncEngine& engine,
   }
   if (costs.draft_block_bytes > 0) {
     std::fprintf(
-        stderr, "[ember] plan: the draft's own KV pool: %lld blocks, %s%s\n",
+        stderr, "[ember] plan: the draft's K/V in the same %lld blocks: %s more%s\n",
         static_cast<long long>(n),
         format_bytes(static_cast<double>(n * costs.draft_block_bytes)).c_str(),
         costs.draft_weight_bytes > 0

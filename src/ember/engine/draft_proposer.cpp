@@ -56,60 +56,105 @@ void add_draft_pool_costs(const ModelWeights& draft, int64_t layers, bool copy,
 }
 
 DraftProposer::DraftProposer(const ModelWeights& draft, int64_t layers, const EngineOptions& kv,
-                             int64_t n_blocks, int64_t target_vocab)
+                             KvBlockManager& pool, int64_t target_vocab)
     : weights_(draft_view(draft, layers, target_vocab)),
-      runner_(weights_, draft_kv_options(kv, n_blocks)),
-      blocks_(n_blocks, kv.block_size, /*prefix_caching=*/false) {}
-
-void DraftProposer::forget(int64_t sequence_id) {
-  auto it = caches_.find(sequence_id);
-  if (it == caches_.end()) return;
-  blocks_.release(it->second.table);
-  caches_.erase(it);
+      runner_(weights_, draft_kv_options(kv, pool.n_blocks())),
+      pool_(pool),
+      complete_(static_cast<size_t>(pool.n_blocks()), 0) {
+  if (pool.block_size() != kv.block_size) throw Error("draft: the pool's block size differs");
 }
 
-void DraftProposer::align(SequenceCache& cache, std::span<const int32_t> tokens) {
+void DraftProposer::forget(int64_t sequence_id) {
+  caches_.erase(sequence_id);
+}
+
+bool DraftProposer::complete(int32_t block) const {
+  return complete_[static_cast<size_t>(block)] == 1 + uint64_t{pool_.generation(block)};
+}
+
+void DraftProposer::align(SequenceCache& cache, std::span<const int32_t> tokens,
+                          const KvBlockTable& table) {
+  const auto bs = static_cast<size_t>(pool_.block_size());
   const size_t limit = std::min(cache.read.size(), tokens.size() - 1);
   size_t common = 0;
   while (common < limit && cache.read[common] == tokens[common]) ++common;
-  blocks_.truncate(cache.table, static_cast<int64_t>(common));
+  // The blocks written must still be the table's: not given back and handed out again (a
+  // preempted sequence recomputes into other blocks; a cached one it gets back is unchanged).
+  for (size_t i = 0; i * bs < common; ++i) {
+    const auto [block, generation] = cache.written[i];
+    if (i >= table.blocks.size() || table.blocks[i] != block ||
+        pool_.generation(block) != generation) {
+      common = i * bs;
+      break;
+    }
+  }
   cache.read.resize(common);
+  cache.written.resize((common + bs - 1) / bs);
 }
 
-bool DraftProposer::reserve(SequenceCache& cache, int64_t n_tokens) {
-  while (!blocks_.reserve(cache.table, n_tokens)) {
-    // Drop the least recently used cache of a sequence not proposing in this call.
-    auto victim = caches_.end();
-    for (auto it = caches_.begin(); it != caches_.end(); ++it) {
-      if (it->second.last_used == clock_) continue;
-      if (victim == caches_.end() || it->second.last_used < victim->second.last_used) victim = it;
-    }
-    if (victim == caches_.end()) return false;
-    blocks_.release(victim->second.table);
-    caches_.erase(victim);
+void DraftProposer::adopt(SequenceCache& cache, std::span<const int32_t> tokens, size_t n_real,
+                          const KvBlockTable& table) {
+  const auto bs = static_cast<size_t>(pool_.block_size());
+  for (size_t i = cache.read.size() / bs;
+       i < table.hashes.size() && (i + 1) * bs < n_real && complete(table.blocks[i]); ++i) {
+    tokens_adopted_ += static_cast<int64_t>((i + 1) * bs - cache.read.size());
+    cache.read.insert(cache.read.end(),
+                      tokens.begin() + static_cast<std::ptrdiff_t>(cache.read.size()),
+                      tokens.begin() + static_cast<std::ptrdiff_t>((i + 1) * bs));
+    cache.written.resize(i + 1);
+    cache.written[i] = {table.blocks[i], pool_.generation(table.blocks[i])};
   }
-  return true;
+}
+
+void DraftProposer::mark_complete(const SequenceCache& cache, const KvBlockTable& table) {
+  // A cached (hashed) block holds exactly these tokens after exactly this prefix, so the draft's
+  // K/V of it are every holder's.
+  const auto bs = static_cast<size_t>(pool_.block_size());
+  const size_t n = std::min(cache.read.size() / bs, table.hashes.size());
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t block = table.blocks[i];
+    complete_[static_cast<size_t>(block)] = 1 + uint64_t{pool_.generation(block)};
+  }
+}
+
+int64_t DraftProposer::claim(const Proposal& p, int64_t begin, int64_t n) {
+  const KvBlockTable& table = *p.request->table;
+  const int64_t bs = pool_.block_size();
+  for (int64_t i = begin / bs; i * bs < begin + n && i < static_cast<int64_t>(table.blocks.size());
+       ++i) {
+    const int32_t block = table.blocks[static_cast<size_t>(i)];
+    if (pool_.ref_count(block) <= 1) continue;  // this sequence's alone
+    auto [it, fresh] = claims_.emplace(block, &p);
+    if (!fresh && it->second != &p) return std::max<int64_t>(0, i * bs - begin);
+  }
+  return n;
+}
+
+void DraftProposer::drop_claims(const Proposal& p) {
+  std::erase_if(claims_, [&](const auto& c) { return c.second == &p; });
 }
 
 std::vector<std::vector<int32_t>> DraftProposer::propose(std::span<const DraftRequest> requests) {
-  ++clock_;
   std::vector<Proposal> proposals;
   proposals.reserve(requests.size());
   for (const DraftRequest& r : requests) {
     SequenceCache& cache = caches_[r.sequence_id];
-    cache.last_used = clock_;
-    align(cache, r.tokens);
     Proposal p;
     p.request = &r;
     p.cache = &cache;
     p.tokens.assign(r.tokens.begin(), r.tokens.end());
     p.n_real = r.tokens.size();
     p.k = std::min<int64_t>(r.k, runner_.max_context() - static_cast<int64_t>(r.tokens.size()));
-    p.active = p.k > 0 && !r.tokens.empty();
+    p.active = p.k > 0 && !r.tokens.empty() && r.table != nullptr;
+    if (p.active) {
+      align(cache, r.tokens, *r.table);
+      mark_complete(cache, *r.table);
+    }
     proposals.push_back(std::move(p));
   }
   while (step(proposals)) {
   }
+  claims_.clear();
   std::vector<std::vector<int32_t>> guesses;
   guesses.reserve(proposals.size());
   for (const Proposal& p : proposals) {
@@ -121,33 +166,61 @@ std::vector<std::vector<int32_t>> DraftProposer::propose(std::span<const DraftRe
 bool DraftProposer::step(std::vector<Proposal>& proposals) {
   batch_.clear();
   std::vector<Proposal*> sampled;  // the proposals whose chunk ends at their last token, in rows
+  std::vector<Proposal*> ran;
+  bool waiting = false;
   for (Proposal& p : proposals) {
     if (!p.active) continue;
     SequenceCache& c = *p.cache;
+    KvBlockTable& table = *p.request->table;
+    adopt(c, p.tokens, p.n_real, table);
     const auto n_read = static_cast<int64_t>(c.read.size());
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(p.tokens.size()) - n_read, kMaxChunk);
-    if (!reserve(c, n_read + n)) {
-      p.active = false;  // the pool is full of sequences proposing now: no (more) guesses
+    int64_t n = std::min<int64_t>(static_cast<int64_t>(p.tokens.size()) - n_read, kMaxChunk);
+    n = claim(p, n_read, n);
+    if (n == 0) {  // another proposal is filling the shared block first
+      waiting = true;
+      continue;
+    }
+    if (!pool_.reserve(table, n_read + n)) {
+      p.active = false;  // the pool is full: no (more) guesses
+      drop_claims(p);
       continue;
     }
     const auto first = static_cast<int32_t>(batch_.tokens.size());
     const auto begin = p.tokens.begin() + n_read;
     batch_.tokens.insert(batch_.tokens.end(), begin, begin + n);
-    batch_.sequences.push_back({c.table.blocks.data(), n_read, n});
+    batch_.sequences.push_back({table.blocks.data(), n_read, n});
     c.read.insert(c.read.end(), begin, begin + n);
+    const int64_t bs = pool_.block_size();
+    c.written.resize(static_cast<size_t>((n_read + n + bs - 1) / bs));
+    for (int64_t i = n_read / bs; i * bs < n_read + n; ++i) {
+      const int32_t block = table.blocks[static_cast<size_t>(i)];
+      c.written[static_cast<size_t>(i)] = {block, pool_.generation(block)};
+    }
+    tokens_computed_ += n;
+    ran.push_back(&p);
     if (n_read + n == static_cast<int64_t>(p.tokens.size())) {
       batch_.logit_rows.push_back(first + static_cast<int32_t>(n - 1));
       sampled.push_back(&p);
     }
   }
-  if (batch_.tokens.empty()) return false;
+  if (batch_.tokens.empty()) {
+    // Nothing ran: a proposal still waiting for a claim would wait forever. No guesses for it.
+    if (waiting) {
+      for (Proposal& p : proposals) p.active = false;
+    }
+    return false;
+  }
   const std::span<const float> logits = runner_.run(batch_);
+  for (Proposal* p : ran) mark_complete(*p->cache, *p->request->table);
   const auto V = static_cast<size_t>(weights_.config.vocab_size);
   for (size_t i = 0; i < sampled.size(); ++i) {
     Proposal& p = *sampled[i];
     const std::span<const float> row = logits.subspan(i * V, V);
     p.tokens.push_back(p.request->choose ? p.request->choose(row, p.tokens) : argmax(row));
-    if (static_cast<int64_t>(p.tokens.size() - p.n_real) >= p.k) p.active = false;
+    if (static_cast<int64_t>(p.tokens.size() - p.n_real) >= p.k) {
+      p.active = false;
+      drop_claims(p);
+    }
   }
   return true;
 }

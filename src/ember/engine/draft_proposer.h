@@ -12,11 +12,18 @@
 //   - the target's first N layers plus its final norm and head (--draft-layers N): an early exit
 //     that reads the same weights and costs no memory beyond its KV cache.
 //
-// The draft keeps its own paged KV cache (its layers and heads differ from the target's, so its
-// blocks cannot live in the target's pool): a pool with as many blocks as the target's, the same
-// block size, the target's KV dtypes. Each sequence's draft cache holds the tokens the draft has
-// read; before proposing it is cut to the prefix those share with the sequence's tokens now (the
-// rejected guesses and anything else that changed), so it never has to be told what happened.
+// The draft's K/V live in the target's block pool, as vLLM keeps a draft's layers: one block id
+// stands for the target's K/V of block_size positions and the draft's of the same positions (the
+// draft's storage, its own layers and heads, has as many blocks as the target's pool), and a
+// sequence's one block table indexes both. So the draft costs no pool or books of its own: its
+// blocks are allocated, preempted, rolled back and freed with the sequence's, its guesses' blocks
+// are the ones the verifying step writes next, and a prefix cached for one request carries the
+// draft's K/V to the next. The draft runs lazily: each sequence records the tokens the draft has
+// read (and the blocks, by generation, it wrote them to); before proposing that record is cut to
+// the prefix it shares with the sequence's tokens now and the blocks it still holds, then extended
+// over cached blocks whose draft K/V another sequence completed. A shared block the draft still
+// has to fill is written by one proposal at a time (the others wait a draft step, then take its
+// work), so no two rows of a step write the same positions.
 #pragma once
 
 #include <cstdint>
@@ -42,37 +49,44 @@ struct DraftRequest {
   std::span<const int32_t> tokens;
   int64_t k = 0;
   std::function<int32_t(std::span<const float> logits, std::span<const int32_t> tokens)> choose;
+  // The sequence's block table in the target's pool: the draft reads and writes its K/V through
+  // it, and reserves the blocks of its guesses in it.
+  KvBlockTable* table = nullptr;
 };
 
-// What the draft's pool costs per block (its layers, the target's cache options `kv`, every layer
-// in one pool) and, for a draft with weights of its own (`copy`), those weights: the draft_* fields
-// of KvPoolCosts. `layers`: as DraftProposer's.
+// What the draft's K/V add to each block of the pool (its layers, the target's cache options `kv`)
+// and, for a draft with weights of its own (`copy`), those weights: the draft_* fields of
+// KvPoolCosts. `layers`: as DraftProposer's.
 void add_draft_pool_costs(const ModelWeights& draft, int64_t layers, bool copy,
                           const EngineOptions& kv, KvPoolCosts& costs);
 
 class DraftProposer {
  public:
   // `draft`: the draft's weights (cut to `layers` layers when > 0); must outlive the proposer.
-  // `kv`: the target's cache options (context, block size, dtypes); `n_blocks`: the target pool's.
+  // `kv`: the target's cache options (context, block size, dtypes); `pool`: the target's main
+  // pool (its block tables are the requests' tables), which must outlive the proposer.
   // Throws ember::Error (naming --draft / --draft-layers) when the draft's vocabulary size differs
   // from `target_vocab` or `layers` is out of range.
   DraftProposer(const ModelWeights& draft, int64_t layers, const EngineOptions& kv,
-                int64_t n_blocks, int64_t target_vocab);
+                KvBlockManager& pool, int64_t target_vocab);
 
-  // Up to requests[i].k guesses for each request (fewer, or none, when the draft's pool has no room
-  // even after dropping the caches of sequences not asking now).
+  // Up to requests[i].k guesses for each request (fewer, or none, when the pool has no blocks left
+  // for the guesses' positions).
   std::vector<std::vector<int32_t>> propose(std::span<const DraftRequest> requests);
-  // The sequence finished: its draft cache goes back to the pool.
+  // The sequence finished: its record goes (its blocks are the sequence's, freed with them).
   void forget(int64_t sequence_id);
 
   const ModelWeights& weights() const { return weights_; }
-  int64_t blocks_in_use() const { return blocks_.used_blocks(); }
+  // Positions the draft ran, and positions it took from blocks another sequence's draft filled.
+  int64_t tokens_computed() const { return tokens_computed_; }
+  int64_t tokens_adopted() const { return tokens_adopted_; }
 
  private:
+  // Where a sequence's draft K/V are: the tokens read, and per block-table index the block and its
+  // generation when the draft wrote there (a block given back and handed out again is not ours).
   struct SequenceCache {
-    KvBlockTable table;
-    std::vector<int32_t> read;  // the tokens whose K/V the draft's cache holds
-    uint64_t last_used = 0;
+    std::vector<int32_t> read;
+    std::vector<std::pair<int32_t, uint32_t>> written;
   };
   // One request's progress through propose(): its tokens followed by the guesses made so far.
   struct Proposal {
@@ -84,22 +98,36 @@ class DraftProposer {
     bool active = true;
   };
 
-  // Cuts the cache to the prefix it shares with `tokens`, leaving the last token unread (its
-  // logits are the first guess's).
-  void align(SequenceCache& cache, std::span<const int32_t> tokens);
-  // Reserves the draft blocks for `n_tokens` positions, dropping other sequences' caches (least
-  // recently used first) when the pool is full. False when it still cannot.
-  bool reserve(SequenceCache& cache, int64_t n_tokens);
+  // Cuts the record to the prefix it shares with `tokens` in blocks the table still holds, leaving
+  // the last token unread (its logits are the first guess's).
+  void align(SequenceCache& cache, std::span<const int32_t> tokens, const KvBlockTable& table);
+  // Extends the record over the table's cached blocks (of real tokens, before `n_real` - 1) whose
+  // draft K/V are complete.
+  void adopt(SequenceCache& cache, std::span<const int32_t> tokens, size_t n_real,
+             const KvBlockTable& table);
+  // Marks the table's cached blocks the record covers as complete for other sequences.
+  void mark_complete(const SequenceCache& cache, const KvBlockTable& table);
+  bool complete(int32_t block) const;
+  // How many of the `n` positions from `begin` a proposal may write this step: up to the first
+  // block shared with another sequence that another proposal of this call claimed (claiming the
+  // shared blocks it will write).
+  int64_t claim(const Proposal& p, int64_t begin, int64_t n);
+  void drop_claims(const Proposal& p);
   // One draft forward over every active proposal's unread tokens (at most kMaxChunk each); the
   // argmax of each proposal whose chunk reached its end becomes its next guess. False when no
-  // proposal was active.
+  // proposal made progress.
   bool step(std::vector<Proposal>& proposals);
 
   ModelWeights weights_;  // the draft's (a view cut to `layers` for an early exit)
   ModelRunner runner_;
-  KvBlockManager blocks_;
+  KvBlockManager& pool_;
+  // Per block: 1 + the generation in which the draft's K/V of all its (cached) positions were
+  // complete, 0 if never.
+  std::vector<uint64_t> complete_;
   std::unordered_map<int64_t, SequenceCache> caches_;
-  uint64_t clock_ = 0;
+  std::unordered_map<int32_t, const Proposal*> claims_;  // shared blocks being written, this call
+  int64_t tokens_computed_ = 0;
+  int64_t tokens_adopted_ = 0;
   Batch batch_;
 };
 

@@ -40,8 +40,10 @@ SchedulerConfig scheduler_config(const ModelWeights& weights, const LLMEngineOpt
                                  const ModelRunner& runner) {
   SchedulerConfig s = options.scheduler;
   const ModelConfig& c = weights.config;
+  // A draft model keeps its K/V in the same blocks and reads a new sequence's prompt from its
+  // start when it first proposes: the blocks behind the window stay.
   if (options.engine.release_window_blocks && c.sliding_window > 0 &&
-      c.sliding_window_pattern <= 1) {
+      c.sliding_window_pattern <= 1 && !options.speculative.uses_draft()) {
     s.sliding_window = c.sliding_window;
   }
   s.window_layers_window = runner.window_layers_window();
@@ -89,7 +91,7 @@ LLMEngine::LLMEngine(const ModelWeights& weights, const Tokenizer* tokenizer,
     EngineOptions kv = options.engine;
     kv.max_context = runner_.max_context();
     draft_ = std::make_unique<DraftProposer>(draft, speculative_.draft_layers, kv,
-                                             runner_.kv_shape().n_blocks, vocab_size());
+                                             scheduler_.kv_pool(), vocab_size());
   }
   const KvTierOptions& tiers = options.engine.kv_tiers;
   if (tiers.enabled()) {

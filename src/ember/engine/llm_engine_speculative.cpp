@@ -33,7 +33,7 @@ void LLMEngine::propose_drafts() {
     const int64_t k = std::min<int64_t>(want, room);
     if (k <= 0) continue;
     asking.push_back(&s);
-    requests.push_back({s.id, s.tokens, k, {}});
+    requests.push_back({s.id, s.tokens, k, {}, &s.block_table});
     if (draft_ && s.request.sampling.temperature > 0.0f) {
       requests.back().choose = [this, &s](std::span<const float> logits,
                                           std::span<const int32_t> tokens) {

@@ -70,9 +70,9 @@ struct KvPoolCosts {
   // for the blocks being written and up to kv_channel_exact_blocks_cap(n) others.
   int64_t exact_block_bytes = 0;
   int64_t window_exact_block_bytes = 0;
-  // A draft model's own pool (draft_proposer.h: as many blocks as the main pool) and, when the
-  // draft is a copy of its own (not an early exit of the model), its weights; the caller that
-  // knows the draft sets them (draft_pool_costs).
+  // A draft model's K/V in each block of the main pool (draft_proposer.h: its storage has as many
+  // blocks) and, when the draft is a copy of its own (not an early exit of the model), its weights;
+  // the caller that knows the draft sets them (add_draft_pool_costs).
   int64_t draft_block_bytes = 0;
   int64_t draft_exact_block_bytes = 0;
   int64_t draft_weight_bytes = 0;

@@ -69,6 +69,8 @@ class Scheduler {
                   int64_t n_tokens) const;
 
   const KvBlockManager& kv() const { return kv_; }
+  // The main pool for a holder of K/V of its own in the same blocks (a draft model).
+  KvBlockManager& kv_pool() { return kv_; }
   // The window layers' pool, null unless the model keeps them apart.
   const KvBlockManager* window_kv() const { return window_kv_ ? &*window_kv_ : nullptr; }
   void set_spill(KvBlockSpill* spill) { kv_.set_spill(spill); }

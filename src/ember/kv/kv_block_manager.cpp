@@ -12,6 +12,7 @@ KvBlockManager::KvBlockManager(int64_t n_blocks, int64_t block_size, bool prefix
   if (n_blocks <= 0 || block_size <= 0) throw Error("KV cache: invalid pool shape");
   size_t n = static_cast<size_t>(n_blocks);
   ref_counts_.assign(n, 0);
+  generations_.assign(n, 0);
   block_hash_of_.assign(n, 0);
   lru_pos_.resize(n);
   in_lru_.assign(n, false);
@@ -48,6 +49,7 @@ int32_t KvBlockManager::take_block() {
     return -1;
   }
   ref_counts_[block] = 1;
+  ++generations_[block];
   return block;
 }
 

@@ -95,6 +95,10 @@ class KvBlockManager {
   int64_t cached_blocks() const { return static_cast<int64_t>(lru_.size()); }
   int64_t used_blocks() const { return n_blocks() - available_blocks(); }
   int32_t ref_count(int32_t block) const { return ref_counts_.at(block); }
+  // Counts the times `block` was handed out for new contents (a fresh or evicted block taken, a
+  // prefix restored into it): a holder of K/V of its own in the pool's blocks (a draft model's,
+  // draft_proposer.h) knows by it whether the block still holds what it wrote.
+  uint32_t generation(int32_t block) const { return generations_.at(block); }
   const PrefixCacheStats& stats() const { return stats_; }
 
  private:
@@ -116,6 +120,7 @@ class KvBlockManager {
   int64_t block_size_;
   bool prefix_caching_;
   std::vector<int32_t> ref_counts_;
+  std::vector<uint32_t> generations_;
   std::vector<int32_t> free_list_;                   // never hashed, count 0 (LIFO)
   std::vector<uint64_t> block_hash_of_;              // 0 = not in the cache
   std::unordered_map<uint64_t, CachedBlock> cache_;  // hash -> block

@@ -1,6 +1,6 @@
 // What a KV pool costs beside the weights (KvPoolCosts, model_runner.h), which serve sizes its pool
 // by: the pool's blocks, the exact rows a per-channel q4_0 K keeps beside it (up to
-// kv_channel_exact_blocks_cap blocks), and a draft model's own pool (as many blocks) and weights.
+// kv_channel_exact_blocks_cap blocks), and a draft model's K/V in each block and its weights.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -2,8 +2,8 @@
 // (engine/draft_proposer.h): the lookup proposer's matches, and the engine's exactness — greedy and
 // seeded sampling give the same tokens with and without guesses on stories260K and the
 // SmolLM2-shaped dummy, alone and batched with other sequences, for prompt lookup, an early-exit
-// draft, lower-bit copies of the model and another file — with every KV block (the target's and
-// the draft's) back afterwards, the rejected guesses' K/V cut off, and the settings checked.
+// draft, lower-bit copies of the model and another file — with every KV block (the draft's K/V
+// share them) back afterwards, the rejected guesses' K/V cut off, and the settings checked.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,10 +85,7 @@ class SpeculativeEngine : public ::testing::Test {
         EXPECT_TRUE(e->error.empty()) << "request " << i << ": " << e->error;
       }
     }
-    EXPECT_EQ(engine.kv().used_blocks(), 0);  // every block back, guesses' included
-    if (engine.draft() != nullptr) {
-      EXPECT_EQ(engine.draft()->blocks_in_use(), 0);  // and every draft block
-    }
+    EXPECT_EQ(engine.kv().used_blocks(), 0);  // every block back, guesses' and draft's included
     if (stats != nullptr) *stats = engine.speculative_stats();
     return out;
   }
@@ -249,8 +246,9 @@ TEST_F(SpeculativeEngine, DraftModelsAreExactWhenGreedyOnStories260K) {
   }
 }
 
-// 32 greedy sequences in a pool too small for all of them: the target preempts, the draft drops
-// the caches of sequences not proposing; the tokens stay the plain ones.
+// 32 greedy sequences in a pool too small for all of them: the target preempts, and the draft's
+// guesses find no blocks left at times (the draft's K/V live in the same blocks); the tokens stay
+// the plain ones.
 TEST_F(SpeculativeEngine, DraftUnderLoadWithAFullPoolIsExact) {
   auto path = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(path);
@@ -264,6 +262,75 @@ TEST_F(SpeculativeEngine, DraftUnderLoadWithAFullPoolIsExact) {
   }
   reqs[5].sampling.repeat_penalty = 1.2f;
   expect_exact(m, reqs, draft_options(nullptr, 3, 4), true, /*kv_blocks=*/40);
+}
+
+// Requests sharing a cached prompt share the draft's K/V of it too: the draft reads the prompt's
+// blocks once (of two proposals in one call, one fills a shared block, the other waits a draft step
+// and takes it), a later request finds them in the prefix cache with the draft's K/V complete, and
+// the tokens stay the plain ones.
+TEST_F(SpeculativeEngine, DraftKvOfACachedPromptIsShared) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  const LoadedModel m = load(path.string(), false);
+  const std::string story =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day, Lily saw a big red ball under a tree. She ran to the "
+      "ball and kicked it very high. The ball flew over the fence and landed in the garden of";
+  const auto run = [&](bool speculate, int64_t* adopted, int64_t* computed) {
+    LLMEngineOptions eo;
+    eo.engine.max_context = 512;
+    eo.engine.max_sequences = 4;
+    eo.engine.prefix_caching = true;
+    eo.scheduler.max_sequences = 4;
+    eo.scheduler.max_batched_tokens = 512;
+    if (speculate) eo.speculative = draft_options(nullptr, 3, 4);
+    LLMEngine engine(m.weights, m.tokenizer.get(), eo);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    const auto add = [&](uint64_t seed, bool speculative) {
+      GenerationRequest r = request(m, story, 24, 0.0f, seed);
+      r.speculative = speculative;
+      streams.push_back(engine.add_request(std::move(r)));
+    };
+    // The first request does not speculate: its prompt's blocks get no draft K/V from it.
+    add(0, false);
+    engine.step();
+    // Two more share its cached blocks and propose in the same call: one fills them, the other
+    // takes them.
+    add(1, true);
+    add(2, true);
+    while (engine.step()) {
+    }
+    const int64_t adopted_together = engine.draft() ? engine.draft()->tokens_adopted() : 0;
+    add(3, true);  // later: the draft's K/V come from the prefix cache with the blocks
+    while (engine.step()) {
+    }
+    EXPECT_EQ(engine.kv().used_blocks(), 0);
+    if (engine.draft() != nullptr) {
+      *adopted = engine.draft()->tokens_adopted();
+      *computed = engine.draft()->tokens_computed();
+      EXPECT_GT(adopted_together, 0);
+      EXPECT_GT(*adopted, adopted_together);
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& stream : streams) {
+      out.emplace_back();
+      while (auto e = stream->pop(std::chrono::milliseconds(0))) {
+        out.back().insert(out.back().end(), e->tokens.begin(), e->tokens.end());
+      }
+    }
+    return out;
+  };
+  int64_t adopted = 0, computed = 0;
+  const auto plain = run(false, nullptr, nullptr);
+  const auto spec = run(true, &adopted, &computed);
+  EXPECT_EQ(spec, plain);
+  const auto prompt = static_cast<int64_t>(m.tokenizer->encode(story, true).size());
+  const int64_t bs = EngineOptions{}.block_size;
+  const int64_t shared = (prompt - 1) / bs * bs;  // the prompt's full blocks before its last token
+  ASSERT_GE(shared, 2 * bs);
+  // Of the three speculating requests, two took the prompt's full blocks from the first's draft.
+  EXPECT_EQ(adopted, 2 * shared);
+  EXPECT_LT(computed, 3 * prompt);
 }
 
 // Chi-square statistic of two samples' counts over the same bins (bins with fewer than 10

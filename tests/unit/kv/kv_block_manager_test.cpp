@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "ember/core/error.h"
@@ -37,6 +38,30 @@ TEST(KvBlockManager, ReserveGrowsByBlocksAndReleaseReturnsEverything) {
   EXPECT_TRUE(table.blocks.empty());
   EXPECT_EQ(kv.available_blocks(), 4);
   EXPECT_EQ(kv.used_blocks(), 0);
+}
+
+// A block's generation counts the times it was handed out for new contents: not when a sequence
+// shares it from the prefix cache (its contents stay), but when it is taken again after being
+// freed or evicted (a draft's K/V written there before are not there any more).
+TEST(KvBlockManager, GenerationCountsNewContentsOnly) {
+  KvBlockManager kv = small_manager(2, true);
+  const std::vector<int32_t> tokens = iota_tokens(9);  // two full blocks and the last token
+  KvBlockTable a;
+  ASSERT_TRUE(kv.reserve(a, 9 - 1));
+  kv.commit(a, std::span<const int32_t>(tokens).first(8));
+  const int32_t first = a.blocks[0];
+  const uint32_t generation = kv.generation(first);
+  kv.release(a);  // cached, count 0
+  KvBlockTable b;
+  EXPECT_EQ(kv.match_prefix(b, tokens), 8);
+  EXPECT_EQ(b.blocks[0], first);
+  EXPECT_EQ(kv.generation(first), generation);  // shared again, same contents
+  kv.release(b);
+  KvBlockTable c;
+  ASSERT_TRUE(kv.reserve(c, 8));  // takes both blocks again (evicting the cached ones)
+  EXPECT_NE(std::find(c.blocks.begin(), c.blocks.end(), first), c.blocks.end());
+  EXPECT_EQ(kv.generation(first), generation + 1);
+  kv.release(c);
 }
 
 TEST(KvBlockManager, PrefixBlocksAreSharedAndCountedOnce) {
