@@ -182,6 +182,8 @@ void print_serve_plan(const LoadedModel& model, const AsyncEngine& engine,
   in.kv_dtype_v = so.engine.engine.kv_dtype_of_v();
   in.k_channel_scales = so.engine.engine.k_channel_scales();
   in.block_size = so.engine.engine.block_size;
+  // With a draft model a sliding-window model keeps every position (llm_engine.cpp).
+  if (so.engine.speculative.uses_draft()) in.sliding_window = 0;
   in.weight_bytes = in.decode_weight_bytes = model.weights.matrix_bytes();
   const CapacityPlan p = plan_capacity(in);
   std::fprintf(stderr,

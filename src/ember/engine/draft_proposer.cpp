@@ -69,7 +69,7 @@ void DraftProposer::forget(int64_t sequence_id) {
 }
 
 bool DraftProposer::complete(int32_t block) const {
-  return complete_[static_cast<size_t>(block)] == 1 + uint64_t{pool_.generation(block)};
+  return complete_[static_cast<size_t>(block)] == 1 + uint64_t{pool_.contents_version(block)};
 }
 
 void DraftProposer::align(SequenceCache& cache, std::span<const int32_t> tokens,
@@ -113,7 +113,7 @@ void DraftProposer::mark_complete(const SequenceCache& cache, const KvBlockTable
   const size_t n = std::min(cache.read.size() / bs, table.hashes.size());
   for (size_t i = 0; i < n; ++i) {
     const int32_t block = table.blocks[i];
-    complete_[static_cast<size_t>(block)] = 1 + uint64_t{pool_.generation(block)};
+    complete_[static_cast<size_t>(block)] = 1 + uint64_t{pool_.contents_version(block)};
   }
 }
 
@@ -123,6 +123,10 @@ int64_t DraftProposer::claim(const Proposal& p, int64_t begin, int64_t n) {
   for (int64_t i = begin / bs; i * bs < begin + n && i < static_cast<int64_t>(table.blocks.size());
        ++i) {
     const int32_t block = table.blocks[static_cast<size_t>(i)];
+    // A later cached block whose draft K/V are complete: taken as it is (adopt) next step.
+    if (i * bs > begin && i < static_cast<int64_t>(table.hashes.size()) && complete(block)) {
+      return i * bs - begin;
+    }
     if (pool_.ref_count(block) <= 1) continue;  // this sequence's alone
     auto [it, fresh] = claims_.emplace(block, &p);
     if (!fresh && it->second != &p) return std::max<int64_t>(0, i * bs - begin);
@@ -135,6 +139,7 @@ void DraftProposer::drop_claims(const Proposal& p) {
 }
 
 std::vector<std::vector<int32_t>> DraftProposer::propose(std::span<const DraftRequest> requests) {
+  claims_.clear();
   std::vector<Proposal> proposals;
   proposals.reserve(requests.size());
   for (const DraftRequest& r : requests) {

@@ -110,7 +110,7 @@ class DraftProposer {
   bool complete(int32_t block) const;
   // How many of the `n` positions from `begin` a proposal may write this step: up to the first
   // block shared with another sequence that another proposal of this call claimed (claiming the
-  // shared blocks it will write).
+  // shared blocks it will write), or a later cached block whose draft K/V are complete.
   int64_t claim(const Proposal& p, int64_t begin, int64_t n);
   void drop_claims(const Proposal& p);
   // One draft forward over every active proposal's unread tokens (at most kMaxChunk each); the
@@ -121,8 +121,8 @@ class DraftProposer {
   ModelWeights weights_;  // the draft's (a view cut to `layers` for an early exit)
   ModelRunner runner_;
   KvBlockManager& pool_;
-  // Per block: 1 + the generation in which the draft's K/V of all its (cached) positions were
-  // complete, 0 if never.
+  // Per block: 1 + the contents version (KvBlockManager) in which the draft's K/V of all its
+  // (cached) positions were complete, 0 if never.
   std::vector<uint64_t> complete_;
   std::unordered_map<int64_t, SequenceCache> caches_;
   std::unordered_map<int32_t, const Proposal*> claims_;  // shared blocks being written, this call

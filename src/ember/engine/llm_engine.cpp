@@ -247,7 +247,9 @@ void LLMEngine::keep_session(Sequence* seq) {
   SessionCache& cache = sessions_[done->request.session];
   cache.table = std::move(done->block_table);
   cache.window_table = std::move(done->window_table);
-  cache.tokens.assign(done->tokens.begin(), done->tokens.begin() + done->n_cached);
+  // A stop inside a step's kept guesses leaves tokens behind n_cached: keep what both cover.
+  const auto kept = std::min<int64_t>(done->n_cached, static_cast<int64_t>(done->tokens.size()));
+  cache.tokens.assign(done->tokens.begin(), done->tokens.begin() + kept);
 }
 
 void LLMEngine::end_session(int64_t session) {

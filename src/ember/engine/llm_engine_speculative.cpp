@@ -90,6 +90,8 @@ void LLMEngine::settle_drafts(std::vector<ScheduledChunk>& chunks) {
     } else {
       s.tokens.resize(static_cast<size_t>(real_end));
       s.n_draft = 0;
+      // The blocks a draft model took for the guesses' positions go back.
+      scheduler_.truncate(s.block_table, s.window_table, real_end);
     }
     if (!s.draft_q.empty()) s.draft_q.resize(static_cast<size_t>(s.n_draft));
   }
@@ -98,6 +100,7 @@ void LLMEngine::settle_drafts(std::vector<ScheduledChunk>& chunks) {
     s.tokens.resize(s.tokens.size() - static_cast<size_t>(s.n_draft));
     s.n_draft = 0;
     s.draft_q.clear();
+    scheduler_.truncate(s.block_table, s.window_table, static_cast<int64_t>(s.tokens.size()));
   };
   for (const auto& s : scheduler_.running()) strip(*s);
   for (const auto& s : scheduler_.waiting()) strip(*s);

@@ -13,6 +13,7 @@ KvBlockManager::KvBlockManager(int64_t n_blocks, int64_t block_size, bool prefix
   size_t n = static_cast<size_t>(n_blocks);
   ref_counts_.assign(n, 0);
   generations_.assign(n, 0);
+  versions_.assign(n, 0);
   block_hash_of_.assign(n, 0);
   lru_pos_.resize(n);
   in_lru_.assign(n, false);
@@ -50,6 +51,7 @@ int32_t KvBlockManager::take_block() {
   }
   ref_counts_[block] = 1;
   ++generations_[block];
+  ++versions_[block];
   return block;
 }
 
@@ -252,10 +254,12 @@ void KvBlockManager::truncate(KvBlockTable& table, int64_t n_tokens) {
   }
   // Only blocks that are still completely valid keep their hash in this table.
   const size_t full = static_cast<size_t>(n_tokens / block_size());
+  const bool unhashed = table.hashes.size() > full;
   table.hashes.resize(std::min(table.hashes.size(), full));
   // A kept partial block will be rewritten past n_tokens: it must leave the prefix cache.
   if (table.blocks.size() > full) {
     int32_t last = table.blocks.back();
+    if (unhashed && last >= 0) ++versions_[last];
     if (block_hash_of_[last] != 0) {
       if (ref_counts_[last] > 1) {
         throw Error("KV cache: cannot truncate inside a block shared with another sequence");

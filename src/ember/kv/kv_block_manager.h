@@ -99,6 +99,11 @@ class KvBlockManager {
   // prefix restored into it): a holder of K/V of its own in the pool's blocks (a draft model's,
   // draft_proposer.h) knows by it whether the block still holds what it wrote.
   uint32_t generation(int32_t block) const { return generations_.at(block); }
+  // Counts the changes of what a cached block holds: its generation's changes, and a truncation
+  // inside it that takes it out of the prefix cache (its positions past the cut get rewritten,
+  // perhaps with other tokens). Unchanged, a block registered in a table's hashes still holds the
+  // positions it held then.
+  uint32_t contents_version(int32_t block) const { return versions_.at(block); }
   const PrefixCacheStats& stats() const { return stats_; }
 
  private:
@@ -121,6 +126,7 @@ class KvBlockManager {
   bool prefix_caching_;
   std::vector<int32_t> ref_counts_;
   std::vector<uint32_t> generations_;
+  std::vector<uint32_t> versions_;
   std::vector<int32_t> free_list_;                   // never hashed, count 0 (LIFO)
   std::vector<uint64_t> block_hash_of_;              // 0 = not in the cache
   std::unordered_map<uint64_t, CachedBlock> cache_;  // hash -> block

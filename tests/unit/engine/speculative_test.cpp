@@ -333,6 +333,102 @@ TEST_F(SpeculativeEngine, DraftKvOfACachedPromptIsShared) {
   EXPECT_LT(computed, 3 * prompt);
 }
 
+// A session resumed by a prompt that leaves the kept tokens inside a block: the block's later
+// positions get other tokens, so the draft K/V the first turn completed there are not taken over
+// (only the blocks before the cut are), and the tokens stay the plain ones.
+TEST_F(SpeculativeEngine, DraftKvIsNotTakenFromABlockASessionRewrote) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  const LoadedModel m = load(path.string(), false);
+  const std::vector<int32_t> first = m.tokenizer->encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day, Lily saw a big red ball under a tree.",
+      true);
+  const int64_t bs = EngineOptions{}.block_size;
+  ASSERT_GE(static_cast<int64_t>(first.size()), 3 * bs + 4);
+  const int64_t cut = 2 * bs + bs / 2;  // inside the third block
+  std::vector<int32_t> second(first.begin(), first.begin() + cut);
+  for (int64_t i = 0; i < bs + 4; ++i) second.push_back(100 + static_cast<int32_t>(i));
+  const auto run = [&](bool speculate, int64_t* adopted_by_second) {
+    LLMEngineOptions eo;
+    eo.engine.max_context = 512;
+    eo.engine.prefix_caching = true;
+    if (speculate) eo.speculative = draft_options(nullptr, 3, 4);
+    LLMEngine engine(m.weights, m.tokenizer.get(), eo);
+    std::vector<std::vector<int32_t>> out;
+    int64_t adopted_before = 0;
+    for (const std::vector<int32_t>* prompt :
+         std::vector<const std::vector<int32_t>*>{&first, &second}) {
+      GenerationRequest r;
+      r.prompt = *prompt;
+      r.max_tokens = 12;
+      r.sampling.temperature = 0.0f;
+      r.session = 7;
+      if (engine.draft() != nullptr) adopted_before = engine.draft()->tokens_adopted();
+      auto stream = engine.add_request(std::move(r));
+      while (engine.step()) {
+      }
+      out.emplace_back();
+      while (auto e = stream->pop(std::chrono::milliseconds(0))) {
+        out.back().insert(out.back().end(), e->tokens.begin(), e->tokens.end());
+      }
+    }
+    if (engine.draft() != nullptr) {
+      *adopted_by_second = engine.draft()->tokens_adopted() - adopted_before;
+    }
+    engine.end_session(7);
+    EXPECT_EQ(engine.kv().used_blocks(), 0);
+    return out;
+  };
+  int64_t adopted = -1;
+  const auto plain = run(false, &adopted);
+  const auto spec = run(true, &adopted);
+  EXPECT_EQ(spec, plain);
+  EXPECT_EQ(adopted, 2 * bs);  // the two whole blocks before the cut, not the rewritten third
+}
+
+// A stop string met inside a step's kept guesses ends a request whose K/V stay for its session:
+// the session keeps the tokens the request ended with (not the guesses past the stop), and the next
+// turn resumes from them with the plain tokens.
+TEST_F(SpeculativeEngine, AStopInsideKeptGuessesLeavesTheSessionWhole) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  const LoadedModel m = load(path.string(), false);
+  const std::string prompt = "The cat sat on the mat. The cat sat on the mat. The cat sat on the";
+  const auto run = [&](bool speculate, const std::string& stop) {
+    LLMEngineOptions eo;
+    eo.engine.max_context = 512;
+    eo.engine.prefix_caching = true;
+    if (speculate) eo.speculative = SpeculativeOptions{3, 8};
+    LLMEngine engine(m.weights, m.tokenizer.get(), eo);
+    std::vector<std::string> texts;
+    for (const std::string& text : {prompt, prompt + " mat. The"}) {
+      GenerationRequest r = request(m, text, 40, 0.0f, 1);
+      if (!stop.empty()) r.stop = {stop};
+      r.session = 3;
+      auto stream = engine.add_request(std::move(r));
+      while (engine.step()) {
+      }
+      texts.emplace_back();
+      while (auto e = stream->pop(std::chrono::milliseconds(0))) {
+        EXPECT_TRUE(e->error.empty()) << e->error;
+        texts.back() += e->text;
+      }
+    }
+    engine.end_session(3);
+    EXPECT_EQ(engine.kv().used_blocks(), 0);
+    return texts;
+  };
+  const std::vector<std::string> plain = run(false, "");
+  ASSERT_GT(plain[0].size(), 24u);
+  // Stop strings from along the plain output: the request ends there either way.
+  for (size_t at = 8; at + 3 < plain[0].size(); at += 7) {
+    const std::string stop = plain[0].substr(at, 3);
+    SCOPED_TRACE("stop \"" + stop + "\"");
+    EXPECT_EQ(run(true, stop), run(false, stop));
+  }
+}
+
 // Chi-square statistic of two samples' counts over the same bins (bins with fewer than 10
 // observations in both together are pooled), and its degrees of freedom.
 std::pair<double, int> two_sample_chi_square(const std::map<int32_t, int>& a,

@@ -64,6 +64,28 @@ TEST(KvBlockManager, GenerationCountsNewContentsOnly) {
   kv.release(c);
 }
 
+// A block's contents version changes with its generation and also when a table is cut inside it
+// while it is cached (its later positions get rewritten): a draft's K/V of its old positions are
+// then nobody's to share.
+TEST(KvBlockManager, ContentsVersionChangesWhenACachedBlockIsCutInto) {
+  KvBlockManager kv = small_manager(2, true);
+  const std::vector<int32_t> tokens = iota_tokens(9);
+  KvBlockTable a;
+  ASSERT_TRUE(kv.reserve(a, 8));
+  kv.commit(a, std::span<const int32_t>(tokens).first(8));
+  const int32_t second = a.blocks[1];
+  const uint32_t version = kv.contents_version(second), generation = kv.generation(second);
+  kv.truncate(a, 8);  // at a block boundary: nothing cut
+  EXPECT_EQ(kv.contents_version(second), version);
+  kv.truncate(a, 6);  // inside the second block, which leaves the prefix cache
+  EXPECT_EQ(a.blocks.size(), 2u);
+  EXPECT_EQ(kv.contents_version(second), version + 1);
+  EXPECT_EQ(kv.generation(second), generation);  // still this table's block
+  kv.truncate(a, 5);                             // cut again, no longer cached: no change
+  EXPECT_EQ(kv.contents_version(second), version + 1);
+  kv.release(a);
+}
+
 TEST(KvBlockManager, PrefixBlocksAreSharedAndCountedOnce) {
   KvBlockManager kv = small_manager(8, true);
   auto tokens = iota_tokens(10);  // blocks: [0..3] [4..7] [8..9]
