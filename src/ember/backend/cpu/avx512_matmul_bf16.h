@@ -22,4 +22,14 @@ bool bf16_prefill_uses_fma();
 void bf16_gemm_fma(const uint32_t* xg, int64_t P, int64_t T, const WeightMatrix& w, float* y,
                    int64_t ldy, int64_t row_begin, int64_t row_end);
 
+// Decode (T < 16) through f32 FMAs (avx512_matmul_bf16_gemv_fma.cpp: the bits of the vdpbf16ps
+// decode kernel), which the AVX-512 set takes where bf16_prefill_uses_fma(). Its activations are
+// rounded to bf16 and widened back: [T][K rounded up to 32] floats, each 32-value chunk's even
+// values then its odd ones, written for tokens [token_begin, token_end) by bf16_prepare_widened.
+int64_t bf16_widened_floats(int64_t T, int64_t K);
+void bf16_prepare_widened(const float* x, int64_t K, int64_t token_begin, int64_t token_end,
+                          float* xw);
+void bf16_gemv_fma(const float* xw, int64_t T, const WeightMatrix& w, float* y, int64_t ldy,
+                   int64_t row_begin, int64_t row_end);
+
 }  // namespace ember::cpu::avx512

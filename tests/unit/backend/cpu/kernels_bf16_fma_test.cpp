@@ -1,7 +1,8 @@
 // The bf16 prefill through f32 FMAs (avx512_matmul_bf16_fma.cpp), called directly so that it is
 // tested on every AVX-512 CPU, not only where the dispatcher takes it (Intel): against the exact
 // product of the bf16-rounded activations, across more than one slab of k, every leftover tile
-// shape, row splits and token counts.
+// shape, row splits and token counts. And the decode through f32 FMAs
+// (avx512_matmul_bf16_gemv_fma.cpp): the vdpbf16ps decode kernel's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -88,6 +89,42 @@ TEST(KernelsBf16Fma, RowRangesAndTokenCountsGiveTheSameBits) {
   // The first 17 tokens alone: the same bits as among 48.
   const std::vector<float> fewer = fma_product(x, 17, w.view, N, 0, N);
   EXPECT_EQ(std::memcmp(whole.data(), fewer.data(), fewer.size() * sizeof(float)), 0);
+}
+
+// The FMA decode kernel gives the vdpbf16ps decode kernel's bits where it runs (Intel): every token
+// count below 16, K with and without partial chunks, row ranges.
+TEST(KernelsBf16Fma, DecodeGivesTheDotProductKernelsBits) {
+  if (!has_avx512_kernels()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 kernels";
+  const int64_t N = 23;
+  for (int64_t K : {1, 31, 33, 64, 100, 576}) {
+    auto w = make_weights(random_floats(N * K, 61), N, K, DType::BF16);
+    for (int64_t T : {1, 2, 3, 4, 5, 6, 9, 15}) {
+      SCOPED_TRACE("K=" + std::to_string(K) + " T=" + std::to_string(T));
+      auto x = random_floats(T * K, 62);
+      std::vector<float> pairs(static_cast<size_t>(avx512::bf16_prepared_floats(T, K)));
+      avx512::bf16_prepare(x.data(), T, K, 0, T, pairs.data());
+      std::vector<float> widened(static_cast<size_t>(avx512::bf16_widened_floats(T, K)));
+      avx512::bf16_prepare_widened(x.data(), K, 0, T, widened.data());
+      std::vector<float> dot(static_cast<size_t>(T * N)), fma(dot.size(), -7.0f);
+      avx512::bf16_matmul_prepared(pairs.data(), T, w.view, dot.data(), N, 0, N);
+      for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 7}, {7, 8}, {8, N}}) {
+        avx512::bf16_gemv_fma(widened.data(), T, w.view, fma.data(), N, b, e);
+      }
+      if (avx512::bf16_prefill_uses_fma()) {  // Intel: vdpbf16ps adds the odd product first
+        EXPECT_EQ(std::memcmp(dot.data(), fma.data(), dot.size() * sizeof(float)), 0);
+      } else {  // elsewhere the instruction's order is not documented: the same sums
+        std::vector<float> row(static_cast<size_t>(K));
+        for (int64_t n = 0; n < N; ++n) {
+          reference::dequantize_row(w.view, n, row.data());
+          for (int64_t t = 0; t < T; ++t) {
+            double magnitude = 0;
+            for (int64_t k = 0; k < K; ++k) magnitude += std::fabs(double{x[t * K + k]} * row[k]);
+            ASSERT_NEAR(fma[t * N + n], dot[t * N + n], 1e-5 * magnitude + 1e-30);
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
