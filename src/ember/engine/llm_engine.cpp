@@ -228,6 +228,7 @@ void LLMEngine::resume_session(Sequence& seq) {
          cache.tokens[static_cast<size_t>(common)] == seq.tokens[static_cast<size_t>(common)]) {
     ++common;
   }
+  common = scheduler_.cut_point(cache.table, cache.window_table, common);
   if (!scheduler_.can_resume(cache.table, cache.window_table, common)) {
     // A sliding window gave back blocks the next token reads: recompute.
     scheduler_.release(cache.table, cache.window_table);

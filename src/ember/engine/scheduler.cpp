@@ -26,6 +26,20 @@ void Scheduler::truncate(KvBlockTable& table, KvBlockTable& window_table, int64_
   if (window_kv_) window_kv_->truncate(window_table, n_tokens);
 }
 
+int64_t Scheduler::cut_point(const KvBlockTable& table, const KvBlockTable& window_table,
+                             int64_t n_tokens) const {
+  const int64_t bs = kv_.block_size();
+  if (n_tokens % bs == 0) return n_tokens;
+  const auto shared = [&](const KvBlockManager& kv, const KvBlockTable& t) {
+    const auto i = static_cast<size_t>(n_tokens / bs);
+    return i < t.blocks.size() && t.blocks[i] >= 0 && kv.ref_count(t.blocks[i]) > 1;
+  };
+  if (shared(kv_, table) || (window_kv_ && shared(*window_kv_, window_table))) {
+    return n_tokens / bs * bs;
+  }
+  return n_tokens;
+}
+
 bool Scheduler::can_resume(const KvBlockTable& table, const KvBlockTable& window_table,
                            int64_t n_tokens) const {
   // The next token (position n_tokens) attends from n_tokens - window + 1 on.

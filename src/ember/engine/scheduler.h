@@ -62,6 +62,11 @@ class Scheduler {
   // A sequence's (or a session's kept) blocks, main and window tables: cut to the first n_tokens
   // positions, or given back.
   void truncate(KvBlockTable& table, KvBlockTable& window_table, int64_t n_tokens);
+  // The longest cut <= n_tokens truncate() can make of these tables: a cut inside a block another
+  // sequence shares (a cached prefix block) moves back to that block's start, since the block's
+  // later positions would be rewritten under the other sequence.
+  int64_t cut_point(const KvBlockTable& table, const KvBlockTable& window_table,
+                    int64_t n_tokens) const;
   void release(KvBlockTable& table, KvBlockTable& window_table);
   // Whether tables holding n_tokens positions still hold every block a token at position n_tokens
   // attends to (a sliding window may have given back some the new token needs).

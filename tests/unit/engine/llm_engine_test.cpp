@@ -242,6 +242,52 @@ TEST_F(LLMEngineTest, ASessionResumesFromTheTokensItShares) {
   EXPECT_EQ(engine.kv().used_blocks(), 0);
 }
 
+// A session's next turn that leaves the kept tokens inside a block another running sequence shares
+// (through the prefix cache) resumes from that block's start instead of cutting into it (the cut
+// threw, and the session's blocks were lost to the pool).
+TEST_F(LLMEngineTest, ASessionCutInsideASharedBlockResumesFromTheBlockStart) {
+  LLMEngineOptions lo;
+  lo.engine.max_context = 128;
+  lo.engine.prefix_caching = true;
+  LLMEngine engine(model_->weights, nullptr, lo);
+  const auto request = [](std::vector<int32_t> p, int64_t session) {
+    GenerationRequest r;
+    r.prompt = std::move(p);
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    r.max_tokens = 8;
+    r.session = session;
+    return r;
+  };
+  const std::vector<int32_t> first = prompt(40);  // two full blocks of 16, then 8 tokens
+  run(engine, request(first, 7));
+  // Another request shares the session's first two blocks through the prefix cache.
+  auto other = engine.add_request(request(first, 0));
+  engine.step();
+  ASSERT_GT(engine.kv().ref_count(0) + engine.kv().ref_count(1), 2);
+  // The next turn shares 20 tokens with the session: the cut falls inside the shared second block.
+  std::vector<int32_t> next(first.begin(), first.begin() + 20);
+  for (int32_t i = 0; i < 10; ++i) next.push_back(400 + i);
+  std::vector<int32_t> resumed;
+  int64_t reused = -1;
+  for (StreamEvent& e : run(engine, request(next, 7))) {
+    EXPECT_TRUE(e.error.empty()) << e.error;
+    resumed.insert(resumed.end(), e.tokens.begin(), e.tokens.end());
+    if (e.finished) reused = e.cached_prompt_tokens;
+  }
+  EXPECT_EQ(reused, 16);  // from the start of the shared block
+  while (engine.step()) {
+  }
+  LLMEngine fresh(model_->weights, nullptr, LLMEngineOptions{});
+  std::vector<int32_t> computed;
+  for (StreamEvent& e : run(fresh, request(next, 0))) {
+    computed.insert(computed.end(), e.tokens.begin(), e.tokens.end());
+  }
+  EXPECT_EQ(resumed, computed);
+  engine.end_session(7);
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
+}
+
 }  // namespace
 }  // namespace ember
 
