@@ -227,12 +227,17 @@ void GuardedHttpServer::raise_backlog() {
 }
 
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
+  // A connection's place under the cap is given back before the client can see the connection
+  // end (TLS close_notify, FIN): a client that reconnects at once must find it free (given back
+  // after the close, a reconnect raced the decrement and was refused under the cap).
   bool ok = true;
   if (open_.fetch_add(1) >= limits_.max_connections) {
     ++refused_;
+    --open_;
     if (!tls_) refuse(sock);  // (over TLS a refusal would cost a handshake: closed at once)
   } else if (!tls_) {
     ok = serve_requests(sock, nullptr);
+    --open_;
   } else {
     TlsSession session(*tls_, sock);
     if (session.handshake(Clock::now() + seconds(limits_.header_timeout_seconds))) {
@@ -240,10 +245,10 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     } else if (session.timed_out()) {
       ++cut_;
     }
-  }
+    --open_;
+  }  // (the TLS session's close_notify goes out here)
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
-  --open_;
   return ok;
 }
 
