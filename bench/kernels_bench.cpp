@@ -78,7 +78,7 @@ void BM_Matmul(benchmark::State& state) {
 void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (DType d : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
     for (auto [K, N] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {576, 49152}}) {
-      for (int64_t T : {1, 4, 5, 6, 32, 64}) {  // 5, 6: speculative verifying steps
+      for (int64_t T : {1, 4, 5, 6, 8, 32, 64}) {  // 5, 6: speculative verifying steps; 8: batch 8
         b->Args({static_cast<int64_t>(d), K, N, T, 0});
         if (ember::dtype_is_quantized(d)) b->Args({static_cast<int64_t>(d), K, N, T, 1});
       }

@@ -190,7 +190,7 @@ TEST(KernelsInterleaved, RowSplitsThreadsAndTokenCountsGiveTheSameBits) {
       for (int64_t t = 0; t < T_max; ++t) {
         matmul(x.data() + t * K, 1, w.view, single.data() + t * N, N, 0, N);
       }
-      for (int64_t T : {2, 3, 4, 5, 8, 15, 16, 17, 41}) {
+      for (int64_t T : {2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 41}) {
         if (matmul_runs_on_tiles(w.view, T)) continue;  // bf16 tiles: kernels_amx_test.cpp
         std::vector<float> whole(static_cast<size_t>(T * N)), split(whole.size());
         matmul(x.data(), T, w.view, whole.data(), N, 0, N);
