@@ -164,7 +164,9 @@ EMBER_AVX2_INLINE void token_step(const float* qg, const BlockQ8Act* qq, const K
     }
   }
   // acc[j] += sum_i p[j][i] * v_i, block by block, acc[j] in registers across each block.
-  if constexpr (G > 0) {
+  if constexpr (G > 0 && std::is_same_v<VElem, BlockQ8_0>) {
+    group_pv_q8<G>(acc, hd_pad, scores, step_pad, vb, bs, n, v_stride, hd);  // kv_pv_q8.h
+  } else if constexpr (G > 0) {
     for (int64_t b = 0; b * bs < n; ++b) {
       group_pv<G>(acc, hd_pad, scores + b * bs, step_pad, vb[b], v_stride, std::min(bs, n - b * bs),
                   hd);
@@ -228,6 +230,8 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   // q8_0 K is never widened: every read of it scores in integers (kv_query_q8.h), so a token's
   // scores do not depend on the path (one token or a tile, any ISA).
   const bool int8_keys = G > 0 && kv_scores_in_int8(kv.k_dtype, hd, kv.k_channel);
+  // q8_0 V beside them is never widened either: P V in integers (kv_pv_q8.h) on every path.
+  const bool int8_values = int8_keys && kv.v_dtype == DType::Q8_0;
   const int64_t q8_heads = n_g * group, q8_groups = hd / kQuantBlock;
   if (int8_keys) {
     if (static_cast<int64_t>(scratch.q8.size()) < nt * q8_heads * q8_groups) {
@@ -323,7 +327,7 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
             widen_channel_rows(blocks.kb[b], n_rows, hd, hd_pad, kd);
           }
           blocks.k[b] = kd;
-          if (read == PoolRead::Widened) {
+          if (read == PoolRead::Widened && !int8_values) {
             float* vd = scratch.v.data() + b * bs * hd_pad;
             widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes, n_rows, hd, hd_pad, vd);
             blocks.v[b] = vd;
@@ -414,13 +418,17 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
             default:
               break;
           }
-          if (int8_keys) {  // V widened into the scratch, K read in place
+          if (int8_keys) {  // K read in place; V too where q8_0, else widened into the scratch
             const BlockQ8_0* kb[StepBlocks::kMax];
             for (int64_t b = 0; b < n_blocks; ++b) {
               kb[b] = reinterpret_cast<const BlockQ8_0*>(blocks.kb[b]);
             }
-            step(kb, blocks.v, kv.k_row_bytes / static_cast<int64_t>(sizeof(BlockQ8_0)),
-                 row_stride);
+            const int64_t k_stride = kv.k_row_bytes / static_cast<int64_t>(sizeof(BlockQ8_0));
+            if (int8_values) {
+              narrow_step(BlockQ8_0{});
+              continue;
+            }
+            step(kb, blocks.v, k_stride, row_stride);
             continue;
           }
         }

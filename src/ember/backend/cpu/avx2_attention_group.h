@@ -9,6 +9,7 @@
 
 #include "ember/backend/cpu/avx2_kv_rows.h"
 #include "ember/backend/cpu/avx2_util.h"
+#include "ember/backend/cpu/kv_pv_q8.h"
 
 namespace ember::cpu::avx2 {
 
@@ -178,6 +179,87 @@ EMBER_AVX2_INLINE void group_pv(float* acc, int64_t acc_stride, const float* p, 
       return group_pv_chunk<G, 1>(acc, acc_stride, p, p_stride, v, stride, n, d);
     default:
       return;
+  }
+}
+
+// The step's weights for V group c by kv_pv_q8.h's rule, 8 keys a vector (the bits of the
+// AVX-512 kernel's 16): q [G][n_pad] rounded (0 past n: d is 0 there) and each head's W / 32767 in
+// back (0: the head adds nothing). p: the heads' weights, p_stride apart, readable up to n_pad.
+template <int G>
+EMBER_AVX2_INLINE void pv_q8_weights(const float* p, int64_t p_stride, const float* d,
+                                     int64_t n_pad, int16_t* q, float (&back)[G]) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int h = 0; h < G; ++h) {
+    const float* ph = p + h * p_stride;
+    __m256 top = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n_pad; i += 8) {
+      const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(ph + i), _mm256_loadu_ps(d + i));
+      top = _mm256_max_ps(top, _mm256_and_ps(w, magnitude));
+    }
+    const float w_max = hmax(top);
+    back[h] = w_max > 0.0f ? w_max / kPvQ8Levels : 0.0f;
+    const __m256 r = _mm256_set1_ps(w_max > 0.0f ? kPvQ8Levels / w_max : 0.0f);
+    for (int64_t i = 0; i < n_pad; i += 8) {
+      const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(ph + i), _mm256_loadu_ps(d + i));
+      const __m256i q32 = _mm256_cvtps_epi32(_mm256_mul_ps(w, r));
+      _mm_storeu_si128(
+          reinterpret_cast<__m128i*>(q + h * n_pad + i),
+          _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1)));
+    }
+  }
+}
+
+// acc_h += P V of a whole step over a q8_0 V cache (hd % 32 == 0) by kv_pv_q8.h's rule: keys two
+// at a time, their bytes interleaved and sign-extended to words, one pmaddwd per head and 8 values
+// (the integers of the AVX-512 kernel's vpdpwssd, so its bits). 16 values a pass keep the
+// accumulators in registers.
+template <int G>
+EMBER_AVX2_INLINE void group_pv_q8(float* acc, int64_t acc_stride, const float* p, int64_t p_stride,
+                                   const BlockQ8_0* const* vb, int64_t bs, int64_t n,
+                                   int64_t v_stride, int64_t hd) {
+  thread_local PvQ8Scratch scratch;
+  const int64_t n_pad = scratch.reserve(n, 8, G, 1);  // past an odd n: one row under weight 0
+  const BlockQ8_0** rows = scratch.rows.data();
+  pv_q8_step_rows(vb, bs, n, v_stride, n_pad, rows);
+  int16_t* q = scratch.q.data();
+  float* d = scratch.d.data();
+  for (int64_t c = 0; c < hd / kQuantBlock; ++c) {
+    for (int64_t i = 0; i < n; ++i) d[i] = _cvtsh_ss(rows[i][c].d);
+    for (int64_t i = n; i < n_pad; ++i) d[i] = 0.0f;
+    float back[G];
+    pv_q8_weights<G>(p, p_stride, d, n_pad, q, back);
+    for (int64_t k0 = 0; k0 < n; k0 += kPvQ8ChunkKeys) {
+      const int64_t k1 = std::min(n, k0 + kPvQ8ChunkKeys);
+      for (int half = 0; half < 2; ++half) {
+        __m256i o[G][2];
+#pragma GCC unroll 4
+        for (int h = 0; h < G; ++h) o[h][0] = o[h][1] = _mm256_setzero_si256();
+        for (int64_t i = k0; i < k1; i += 2) {
+          const __m128i a =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i][c].qs + 16 * half));
+          const __m128i b =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + 1][c].qs + 16 * half));
+          const __m256i lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+          const __m256i hi = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b));
+#pragma GCC unroll 4
+          for (int h = 0; h < G; ++h) {
+            const __m256i x = _mm256_set1_epi32(load_u32(q + h * n_pad + i));
+            o[h][0] = _mm256_add_epi32(o[h][0], _mm256_madd_epi16(lo, x));
+            o[h][1] = _mm256_add_epi32(o[h][1], _mm256_madd_epi16(hi, x));
+          }
+        }
+#pragma GCC unroll 4
+        for (int h = 0; h < G; ++h) {
+          if (back[h] == 0.0f) continue;
+          float* ah = acc + h * acc_stride + c * kQuantBlock + 16 * half;
+          const __m256 sb = _mm256_set1_ps(back[h]);
+          _mm256_storeu_ps(ah,
+                           _mm256_fmadd_ps(_mm256_cvtepi32_ps(o[h][0]), sb, _mm256_loadu_ps(ah)));
+          _mm256_storeu_ps(
+              ah + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(o[h][1]), sb, _mm256_loadu_ps(ah + 8)));
+        }
+      }
+    }
   }
 }
 

@@ -8,7 +8,8 @@
 // a time. P V: each output value is a lane of its own over the keys, so 16 consecutive values per
 // vector change nothing. Softmax: exponentials per lane (exp16 = avx2::exp), their sum folded into
 // 8 lanes in the AVX2 chunk order. q8_0 K: integer scores, 16 keys per vector (avx512_q8_scores.h),
-// the AVX2 kernel's bits because the sums are exact.
+// the AVX2 kernel's bits because the sums are exact; q8_0 V: P V in integers (kv_pv_q8.h,
+// avx512_pv_q8.h), two keys per vpdpwssd.
 //
 // BM_Attention (8,192 keys, SmolLM2's 9 heads over 3 kv heads, head_dim 64, one thread, Zen 5):
 // see the README's KV cache section for the figures.
@@ -20,6 +21,7 @@
 #include "ember/backend/cpu/attention_step.h"
 #include "ember/backend/cpu/avx2_attention_group.h"
 #include "ember/backend/cpu/avx2_kv_rows.h"
+#include "ember/backend/cpu/avx512_pv_q8.h"
 #include "ember/backend/cpu/avx512_q8_scores.h"
 #include "ember/backend/cpu/avx512_util.h"
 
@@ -419,9 +421,13 @@ EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem*
   for (int64_t j = 0; j < G; ++j) {
     softmax_update(scores + j * step_pad, step_pad, m + j, l + j, acc + j * hd_pad, hd_pad);
   }
-  for (int64_t b = 0; b * bs < n; ++b) {
-    avx512::group_pv<G>(acc, hd_pad, scores + b * bs, step_pad, vb[b], v_stride,
-                        std::min(bs, n - b * bs), hd);
+  if constexpr (std::is_same_v<VElem, BlockQ8_0>) {
+    group_pv_q8<G>(acc, hd_pad, scores, step_pad, vb, bs, n, v_stride, hd);
+  } else {
+    for (int64_t b = 0; b * bs < n; ++b) {
+      avx512::group_pv<G>(acc, hd_pad, scores + b * bs, step_pad, vb[b], v_stride,
+                          std::min(bs, n - b * bs), hd);
+    }
   }
 }
 

@@ -11,6 +11,8 @@
 #define EMBER_AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,avx2,fma,f16c"
 #define EMBER_AVX512 __attribute__((target(EMBER_AVX512_TARGET)))
 #define EMBER_AVX512_INLINE __attribute__((target(EMBER_AVX512_TARGET), always_inline)) inline
+// A lambda inside an EMBER_AVX512 function does not inherit its target (as EMBER_AVX2_LAMBDA).
+#define EMBER_AVX512_LAMBDA __attribute__((target(EMBER_AVX512_TARGET)))
 
 namespace ember::cpu::avx512 {
 

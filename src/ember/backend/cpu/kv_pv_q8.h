@@ -1,0 +1,68 @@
+// P V against a q8_0 V cache stored in groups of 32 (kv_row_format.h) is an integer sum, as the
+// scores against a q8_0 K cache are (kv_query_q8.h). For one softmax step of a query head (its
+// keys i = 0..n-1, their weights p_i = exp(s_i - m) in [0, 1]) and one 32-value group c of V
+// (scale d_ic, quants v_ic[0..31]):
+//   w_i = p_i * d_ic                                  (f32, one rounding)
+//   W   = max_i w_i;  nothing to add where W = 0
+//   q_i = round_half_even(w_i * (32767 / W))          (0..32767; 32767 / W one f32 division)
+//   o   = sum_i q_i * v_ic                            (int32, exact; keys in chunks of 256)
+//   acc[32c + j] = fma(float(o[j]), W / 32767, acc)   (once per chunk of keys, W / 32767 in f32)
+// Every cpu kernel that reads q8_0 V with head_dim % 32 == 0 (each ISA, one token or a tile, a
+// segment or the whole context) computes this, so the bits do not depend on the path.
+//
+// Why: widening each key's int8 values to f32, scaling them and one FMA per value and head was
+// half the step's time on a q8_0 cache (16 instructions beside 12 FMAs per key at head_dim 64,
+// group 3). As int16 pairs, two keys advance per vpdpwssd (pmaddwd on AVX2), and the widening is
+// two byte shuffles per pair of keys. The rounding of w adds at most 1 / 65534 of the step's
+// largest weight per key: far below V's own rounding to 8 bits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ember/core/dtype.h"
+
+namespace ember::cpu {
+
+// The levels the step's largest weight maps to (int16's largest value).
+inline constexpr float kPvQ8Levels = 32767.0f;
+// Keys summed in int32 before they go to the float accumulator: 256 * 32767 * 128 < 2^31.
+inline constexpr int64_t kPvQ8ChunkKeys = 256;
+
+// Per-thread scratch of the q8_0 P V: the step's rows (past n: the last row again, under a weight
+// of 0), the V groups' scales [d_rows][n_pad] and the rounded weights [q_rows][n_pad].
+struct PvQ8Scratch {
+  std::vector<const BlockQ8_0*> rows;
+  std::vector<float> d;
+  std::vector<int16_t> q;
+
+  // Sized for n keys padded to a multiple of pad (even: an odd n gets its pair); returns the
+  // padded key count.
+  int64_t reserve(int64_t n, int64_t pad, int64_t q_rows, int64_t d_rows) {
+    const int64_t n_pad = (n + pad - 1) / pad * pad;
+    if (static_cast<int64_t>(rows.size()) < n_pad) rows.resize(static_cast<size_t>(n_pad));
+    if (static_cast<int64_t>(d.size()) < d_rows * n_pad) {
+      d.resize(static_cast<size_t>(d_rows * n_pad));
+    }
+    if (static_cast<int64_t>(q.size()) < q_rows * n_pad) {
+      q.resize(static_cast<size_t>(q_rows * n_pad));
+    }
+    return n_pad;
+  }
+};
+
+// The rows of a step's n keys (blocks of bs rows, v_stride blocks apart) into rows[0..n_pad),
+// the last one repeated past n.
+inline void pv_q8_step_rows(const BlockQ8_0* const* vb, int64_t bs, int64_t n, int64_t v_stride,
+                            int64_t n_pad, const BlockQ8_0** rows) {
+  for (int64_t i = 0, b = 0, r = 0; i < n; ++i) {
+    rows[i] = vb[b] + r * v_stride;
+    if (++r == bs) {
+      r = 0;
+      ++b;
+    }
+  }
+  for (int64_t i = n; i < n_pad; ++i) rows[i] = rows[n - 1];
+}
+
+}  // namespace ember::cpu
