@@ -58,6 +58,10 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
       {9, 3, 64, 16, 200},  // 4 blocks a step: 64, 64, 64, 8 keys
       {9, 3, 8, 5, 150},    // 12 blocks a step: 60, 60, 30 keys
       {4, 2, 16, 80, 170},  // a block longer than a step: one block a step
+      // q8_0 V in integers (kv_pv_q8.h) with blocks not a multiple of 8 rows, odd and even: a
+      // step's keys pair across blocks.
+      {9, 3, 64, 5, 77},
+      {6, 2, 32, 12, 100},
   };
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
@@ -220,7 +224,7 @@ TEST(KernelsAttention, Avx512StepsGiveTheAvx2Bits) {
                         {6, 2, 96, 8, 90},    {6, 3, 8, 16, 40},   {8, 4, 32, 16, 64},
                         {12, 3, 64, 16, 150}, {8, 2, 128, 16, 90}, {8, 2, 24, 16, 45},
                         {16, 2, 64, 16, 100}, {12, 2, 64, 16, 70}, {10, 2, 32, 16, 60},
-                        {14, 2, 64, 16, 40}};
+                        {14, 2, 64, 16, 40},  {9, 3, 64, 5, 77},   {6, 2, 32, 12, 100}};
   const AttentionScores rules[] = {AttentionScores(0.125f), AttentionScores(0.5f, 0.7f, 37)};
   const auto run = [](Isa isa, const Pool& p, const Case& c, const std::vector<float>& q,
                       int64_t nt, const AttentionScores& scores) {
