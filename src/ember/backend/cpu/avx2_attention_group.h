@@ -197,8 +197,9 @@ EMBER_AVX2_INLINE void pv_q8_weights(const float* p, int64_t p_stride, const flo
       top = _mm256_max_ps(top, _mm256_and_ps(w, magnitude));
     }
     const float w_max = hmax(top);
-    back[h] = w_max > 0.0f ? w_max / kPvQ8Levels : 0.0f;
-    const __m256 r = _mm256_set1_ps(w_max > 0.0f ? kPvQ8Levels / w_max : 0.0f);
+    float to_levels = 0.0f;
+    pv_q8_scales(w_max, &back[h], &to_levels);
+    const __m256 r = _mm256_set1_ps(to_levels);
     for (int64_t i = 0; i < n_pad; i += 8) {
       const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(ph + i), _mm256_loadu_ps(d + i));
       const __m256i q32 = _mm256_cvtps_epi32(_mm256_mul_ps(w, r));

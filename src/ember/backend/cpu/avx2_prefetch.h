@@ -38,10 +38,12 @@ class LinePrefetcher {
   static EMBER_AVX2_INLINE LinePrefetcher ahead(const uint8_t* tile, int64_t tile_bytes,
                                                 const uint8_t* limit, int64_t steps,
                                                 bool to_l2 = false) {
-    const int64_t distance = tile_bytes > kMinDistance ? tile_bytes : kMinDistance;
-    const uint8_t* begin = tile + distance;
-    const uint8_t* end = begin + tile_bytes < limit ? begin + tile_bytes : limit;
-    return LinePrefetcher(begin, end, steps, to_l2);
+    // In bytes from tile, clamped to limit before any pointer is formed (none past the matrix).
+    const int64_t room = limit - tile;
+    int64_t distance = tile_bytes > kMinDistance ? tile_bytes : kMinDistance;
+    distance = distance < room ? distance : room;
+    const int64_t stop = distance + tile_bytes < room ? distance + tile_bytes : room;
+    return LinePrefetcher(tile + distance, tile + stop, steps, to_l2);
   }
 
   // Issues the next lines_per_step_ prefetches. One branch per call; the last call may run up to

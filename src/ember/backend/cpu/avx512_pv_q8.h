@@ -38,12 +38,13 @@ EMBER_AVX512_INLINE void pv_q8_weights(const float* p, int64_t p_stride, const f
     }
     const float w_max = avx2::hmax(_mm256_max_ps(_mm512_maskz_extractf32x8_ps(kPvLow8, top, 0),
                                                  _mm512_maskz_extractf32x8_ps(kPvLow8, top, 1)));
-    back[h] = w_max > 0.0f ? w_max / kPvQ8Levels : 0.0f;
-    const __m512 r = _mm512_set1_ps(w_max > 0.0f ? kPvQ8Levels / w_max : 0.0f);
+    float to_levels = 0.0f;
+    pv_q8_scales(w_max, &back[h], &to_levels);
+    const __m512 r = _mm512_set1_ps(to_levels);
     for (int64_t i = 0; i < n_pad; i += 16) {
       const __m512i q32 = _mm512_maskz_cvtps_epi32(kPvAll, _mm512_mul_ps(weights(i), r));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + h * q_stride + i),
-                          _mm512_maskz_cvtepi32_epi16(kPvAll, q32));
+                          _mm512_maskz_cvtsepi32_epi16(kPvAll, q32));  // saturating, as packs
     }
   }
 }

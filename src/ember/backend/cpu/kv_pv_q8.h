@@ -3,12 +3,15 @@
 // keys i = 0..n-1, their weights p_i = exp(s_i - m) in [0, 1]) and one 32-value group c of V
 // (scale d_ic, quants v_ic[0..31]):
 //   w_i = p_i * d_ic                                  (f32, one rounding)
-//   W   = max_i w_i;  nothing to add where W = 0
+//   W   = max_i |w_i|;  nothing to add where W < 2^-100 (a step whose every weight is that far
+//         below the softmax's max adds nothing a float sum would keep; 32767 / W stays finite)
 //   q_i = round_half_even(w_i * (32767 / W))          (0..32767; 32767 / W one f32 division)
 //   o   = sum_i q_i * v_ic                            (int32, exact; keys in chunks of 256)
 //   acc[32c + j] = fma(float(o[j]), W / 32767, acc)   (once per chunk of keys, W / 32767 in f32)
-// Every cpu kernel that reads q8_0 V with head_dim % 32 == 0 (each ISA, one token or a tile, a
-// segment or the whole context) computes this, so the bits do not depend on the path.
+// The AVX2 and AVX-512 kernels compute this wherever K and V are both q8_0 and head_dim % 32 == 0
+// (one token or a tile, a segment or the whole context), so their bits do not depend on the path or
+// the ISA. Not under it: the scalar kernels (EMBER_ISA=scalar) and the AMX set's prefill tiles of
+// 16 or more tokens, which widen V (to f32, to bf16) as they widen K.
 //
 // Why: widening each key's int8 values to f32, scaling them and one FMA per value and head was
 // half the step's time on a q8_0 cache (16 instructions beside 12 FMAs per key at head_dim 64,
@@ -28,6 +31,16 @@ namespace ember::cpu {
 inline constexpr float kPvQ8Levels = 32767.0f;
 // Keys summed in int32 before they go to the float accumulator: 256 * 32767 * 128 < 2^31.
 inline constexpr int64_t kPvQ8ChunkKeys = 256;
+// Below this largest weight a step's head adds nothing (see W above).
+inline constexpr float kPvQ8MinWeight = 0x1p-100f;
+
+// The rule's two scales for a step's largest weight magnitude: *back = W / 32767 (0: the head adds
+// nothing) and the factor that maps W to 32767 (0 then too).
+inline void pv_q8_scales(float w_max, float* back, float* to_levels) {
+  const bool adds = w_max >= kPvQ8MinWeight;
+  *back = adds ? w_max / kPvQ8Levels : 0.0f;
+  *to_levels = adds ? kPvQ8Levels / w_max : 0.0f;
+}
 
 // Per-thread scratch of the q8_0 P V: the step's rows (past n: the last row again, under a weight
 // of 0), the V groups' scales [d_rows][n_pad] and the rounded weights [q_rows][n_pad].

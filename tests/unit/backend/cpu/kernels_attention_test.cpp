@@ -220,12 +220,15 @@ TEST(KernelsAttention, Avx512StepsGiveTheAvx2Bits) {
   if (std::find(isas.begin(), isas.end(), Isa::Avx512) == isas.end()) {
     GTEST_SKIP() << "this CPU does not run the AVX-512 set";
   }
-  const Case cases[] = {{9, 3, 64, 16, 1100}, {6, 3, 24, 16, 77},  {4, 4, 128, 16, 200},
-                        {6, 2, 96, 8, 90},    {6, 3, 8, 16, 40},   {8, 4, 32, 16, 64},
-                        {12, 3, 64, 16, 150}, {8, 2, 128, 16, 90}, {8, 2, 24, 16, 45},
-                        {16, 2, 64, 16, 100}, {12, 2, 64, 16, 70}, {10, 2, 32, 16, 60},
-                        {14, 2, 64, 16, 40},  {9, 3, 64, 5, 77},   {6, 2, 32, 12, 100}};
-  const AttentionScores rules[] = {AttentionScores(0.125f), AttentionScores(0.5f, 0.7f, 37)};
+  const Case cases[] = {
+      {9, 3, 64, 16, 1100}, {6, 3, 24, 16, 77},   {4, 4, 128, 16, 200}, {6, 2, 96, 8, 90},
+      {6, 3, 8, 16, 40},    {8, 4, 32, 16, 64},   {12, 3, 64, 16, 150}, {8, 2, 128, 16, 90},
+      {8, 2, 24, 16, 45},   {16, 2, 64, 16, 100}, {12, 2, 64, 16, 70},  {10, 2, 32, 16, 60},
+      {14, 2, 64, 16, 40},  {9, 3, 64, 5, 77},    {6, 2, 32, 12, 100},  {6, 2, 32, 320, 700}};
+  // The third: scores hundreds apart, so whole steps' weights underflow towards 0 (kv_pv_q8.h's
+  // smallest W).
+  const AttentionScores rules[] = {AttentionScores(0.125f), AttentionScores(0.5f, 0.7f, 37),
+                                   AttentionScores(24.0f)};
   const auto run = [](Isa isa, const Pool& p, const Case& c, const std::vector<float>& q,
                       int64_t nt, const AttentionScores& scores) {
     IsaScope scope(isa);
