@@ -23,6 +23,10 @@ std::string kv_channel_problem(DType k_dtype, int64_t head_dim, int64_t block_si
     return "per-channel K scales need head_dim a multiple of 8; this model's is " +
            std::to_string(head_dim);
   }
+  if (head_dim > 512) {
+    return "per-channel K scales need head_dim at most 512; this model's is " +
+           std::to_string(head_dim);
+  }
   if (block_size < 2) {
     return "per-channel K scales need at least 2 tokens per KV block; the block size is " +
            std::to_string(block_size);
@@ -52,25 +56,23 @@ void kv_channel_quantize(const uint16_t* rows, int64_t head_dim, int64_t block_s
     const float d = f16_to_f32(scale[c]);
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     const int shift = c < half ? 0 : 4;
+    const int64_t lane = c % half;  // column lane / 4, byte lane % 4 of each word
     for (int64_t r = 0; r < block_size; ++r) {
       const float x = f16_to_f32(rows[r * head_dim + c]);
       const long q = std::lround((x - m) * id);
       const auto code = static_cast<uint8_t>(std::clamp<long>(q, 0, 15));
-      codes[r * half + c % half] |= static_cast<uint8_t>(code << shift);
+      codes[4 * (lane / 4 * block_size + r) + lane % 4] |= static_cast<uint8_t>(code << shift);
     }
   }
 }
 
-void kv_channel_read_row(const uint8_t* region, int64_t slot, int64_t head_dim, float* out) {
+void kv_channel_read_row(const uint8_t* region, int64_t slot, int64_t head_dim, int64_t block_size,
+                         float* out) {
   const auto* scale = reinterpret_cast<const uint16_t*>(region);
   const uint16_t* min = scale + head_dim;
-  const int64_t half = head_dim / 2;
-  const uint8_t* codes = region + 4 * head_dim + slot * half;
-  for (int64_t c = 0; c < half; ++c) {
-    out[c] =
-        std::fma(f16_to_f32(scale[c]), static_cast<float>(codes[c] & 0x0F), f16_to_f32(min[c]));
-    out[c + half] = std::fma(f16_to_f32(scale[c + half]), static_cast<float>(codes[c] >> 4),
-                             f16_to_f32(min[c + half]));
+  for (int64_t c = 0; c < head_dim; ++c) {
+    const auto code = static_cast<float>(kv_channel_code(region, slot, c, head_dim, block_size));
+    out[c] = std::fma(f16_to_f32(scale[c]), code, f16_to_f32(min[c]));
   }
 }
 

@@ -17,6 +17,9 @@ namespace ember {
 // fingerprint: the tensors' bytes as stored, the load dtype) with the KV shape's layers, heads,
 // head_dim, block size, K/V dtypes, rotation and per-channel K: anything that changes a block's
 // bytes.
+// Per-channel K's field: 2 for its first layout (codes row by row), 4 for the code columns of
+// kv_channel_blocks.h, so a disk tier written before the change reads as another model's.
+inline constexpr int64_t kChannelKLayout = 4;
 inline uint64_t kv_fingerprint(uint64_t weights_fingerprint, const KvShape& s) {
   const int64_t fields[] = {s.n_layers,
                             s.block_size,
@@ -24,7 +27,7 @@ inline uint64_t kv_fingerprint(uint64_t weights_fingerprint, const KvShape& s) {
                             s.head_dim,
                             static_cast<int64_t>(s.k_dtype),
                             static_cast<int64_t>(s.v_dtype),
-                            (s.rotate_k ? 1 : 0) | (s.k_channel_scales ? 2 : 0)};
+                            (s.rotate_k ? 1 : 0) | (s.k_channel_scales ? kChannelKLayout : 0)};
   const auto* bytes = reinterpret_cast<const uint8_t*>(fields);
   return fnv1a64({bytes, sizeof fields}, weights_fingerprint ^ 0x9E3779B97F4A7C15ull);
 }

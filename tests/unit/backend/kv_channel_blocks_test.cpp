@@ -58,10 +58,34 @@ TEST(KvChannelBlocks, LayoutIsScaleMinThenNibbleRows) {
   EXPECT_EQ(codes[3 * 4 + 1] >> 4, 15);
   EXPECT_EQ(codes[0] & 0x0F, 0);  // row 0, channel 0: the minimum
   float back[8];
-  kv_channel_read_row(region.data(), 1, hd, back);
+  kv_channel_read_row(region.data(), 1, hd, bs, back);
   EXPECT_NEAR(back[0], 0.0f, 0.1f);
   EXPECT_NEAR(back[5], 3.0f, 0.3f);
   EXPECT_EQ(back[1], 0.0f);
+}
+
+// head_dim 16: two code columns of 4-byte words, block_size words each; channel c of the low half
+// and channel c + 8 share byte c % 4 of column c / 4's word for the row.
+TEST(KvChannelBlocks, CodesAreColumnsOfFourByteWords) {
+  const int64_t hd = 16, bs = 4;
+  std::vector<float> x(static_cast<size_t>(hd * bs), 0.0f);
+  for (int64_t r = 0; r < bs; ++r) {
+    for (int64_t c = 0; c < hd; ++c) {
+      x[static_cast<size_t>(r * hd + c)] = static_cast<float>((r + c) % 4);  // codes 0, 5, 10, 15
+    }
+  }
+  std::vector<uint8_t> region(static_cast<size_t>(bs * kv_channel_row_bytes(hd, bs)), 0xAA);
+  kv_channel_quantize(to_f16(x).data(), hd, bs, region.data());
+  const uint8_t* codes = kv_channel_codes(region.data(), hd);
+  for (int64_t r = 0; r < bs; ++r) {
+    for (int64_t c = 0; c < hd; ++c) {
+      const int want = 5 * static_cast<int>((r + c) % 4);
+      const int64_t lane = c % 8;  // half = 8
+      const uint8_t byte = codes[4 * (lane / 4 * bs + r) + lane % 4];
+      EXPECT_EQ(c < 8 ? byte & 0x0F : byte >> 4, want) << r << " " << c;
+      EXPECT_EQ(kv_channel_code(region.data(), r, c, hd, bs), want) << r << " " << c;
+    }
+  }
 }
 
 // Every value within half a step of its channel (plus the f16 rounding of scale and minimum), and
@@ -85,7 +109,7 @@ TEST(KvChannelBlocks, EachChannelKeepsItsOwnRange) {
   std::vector<float> back(static_cast<size_t>(hd)), per_token(static_cast<size_t>(hd));
   double channel_err = 0, token_err = 0;
   for (int64_t r = 0; r < bs; ++r) {
-    kv_channel_read_row(region.data(), r, hd, back.data());
+    kv_channel_read_row(region.data(), r, hd, bs, back.data());
     std::vector<float> exact(static_cast<size_t>(hd));
     for (int64_t c = 0; c < hd; ++c) exact[c] = f16_to_f32(h[static_cast<size_t>(r * hd + c)]);
     kv_write_row(exact.data(), hd, DType::Q4_0, q4.data());

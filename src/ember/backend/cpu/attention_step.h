@@ -44,20 +44,22 @@ namespace avx2 {
 struct Bf16;  // avx2_kv_rows.h
 }  // namespace avx2
 
-namespace avx512 {
-
-// The K "row element" of a sealed per-channel q4_0 block (kv_channel_blocks.h): kb[b] points at
-// the (block, kv head) region itself, whose bs rows are all present; bs % 8 == 0, hd % 16 == 0.
+// The K "row element" of a step over per-channel q4_0 K (kv_channel_blocks.h): kb[b] points at the
+// (block, kv head) region itself, whose bs rows are all present, scored by kv_channel_query.h's
+// integer rule; except, where the step's k_stride is not 0, its last block: the tokens' own block,
+// kb[b] then its exact f16 rows, k_stride values apart.
 struct ChannelKRegion {
   uint8_t byte;
 };
+
+namespace avx512 {
 
 // One softmax step of one token for the G query heads of a kv head (qg: their queries, hd apart;
 // hd % 8 == 0): the step's scores into scores [G, step_pad], the online-softmax update of m, l and
 // acc [G, hd_pad], then acc += P V. The step's n keys lie in blocks of bs rows: K rows at kb[b],
 // k_stride elements apart, V rows at vb[b], v_stride apart. Row elements: float, uint16_t (f16),
-// avx2::Bf16, BlockQ8_0 / BlockQ4_0 (hd % 32 == 0), or per-channel K (widened to float, or sealed
-// regions read as they are: ChannelKRegion, k_stride unused) with BlockQ4_0 V. BlockQ8_0 K (with
+// avx2::Bf16, BlockQ8_0 / BlockQ4_0 (hd % 32 == 0), or per-channel K (ChannelKRegion, above) with
+// BlockQ4_0 or float V. BlockQ8_0 K (with
 // BlockQ8_0 or float V) is scored in integers against qq, the G heads' queries rounded to q8_0
 // blocks (hd / 32 per head; kv_query_q8.h); other K elements score against qg and ignore qq. Call
 // only where the CPU has the AVX-512 set (kernels.cpp).

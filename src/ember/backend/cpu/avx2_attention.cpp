@@ -17,10 +17,12 @@
 // widened once into per-thread f32 rows for all of them (kv_row_format.h gives the formats).
 // q8_0 K in 32-value groups is never widened: every path scores it in integers against the query
 // rounded to q8_0 (kv_query_q8.h, avx2_q8_scores.h), 8 keys at a time with the keys in lanes.
+// Per-channel q4_0 K neither: sealed blocks are scored in integers against the query folded into
+// each block's scales (kv_channel_query.h, avx2_channel_scores.h), the tokens' own block from its
+// exact f16 rows, on every path.
 //
 // The walk over the blocks here is shared with the AVX-512 set, which hands each softmax step of
-// the grouped heads to avx512::token_step (attention_step.h: the same bits on 512-bit vectors, and
-// per-channel K of sealed blocks read as it is instead of widened into the scratch).
+// the grouped heads to avx512::token_step (attention_step.h: the same bits on 512-bit vectors).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +32,7 @@
 #include "ember/backend/cpu/attention_step.h"
 #include "ember/backend/cpu/avx2_attention_group.h"
 #include "ember/backend/cpu/avx2_attention_head.h"
+#include "ember/backend/cpu/avx2_channel_scores.h"
 #include "ember/backend/cpu/avx2_kv_rows.h"
 #include "ember/backend/cpu/avx2_q8_scores.h"
 #include "ember/backend/cpu/avx2_util.h"
@@ -88,16 +91,15 @@ struct StepBlocks {
 // How a call reads the pool's rows: f32 rows in place; narrow rows widened in registers by the
 // grouped kernels (one token, K and V of one dtype that load_kv8 reads); or any rows widened once
 // per step into the scratch.
-// ChannelQ4: per-channel K widened into the scratch, q4_0 V read in registers.
-enum class PoolRead { InPlace, Widened, F16, Bf16, Q8, Q4, ChannelQ4 };
+// ChannelK: per-channel K read as it is (ChannelKRegion); V q4_0 read as it is too (q4_values),
+// else widened into the scratch. (head_dim % 8 != 0 never has per-channel K: kv_channel_problem
+// refuses it.)
+enum class PoolRead { InPlace, Widened, F16, Bf16, Q8, Q4, ChannelK };
 
 PoolRead pool_read(const PagedKv& kv, int group_kernel, int64_t nt) {
   const DType k = kv.k_dtype, v = kv.v_dtype;
   if (k == DType::F32 && v == DType::F32) return PoolRead::InPlace;
-  if (group_kernel != 0 && nt == 1 && kv.k_channel && v == DType::Q4_0 &&
-      kv.head_dim % kQuantBlock == 0) {
-    return PoolRead::ChannelQ4;
-  }
+  if (group_kernel != 0 && kv.k_channel) return PoolRead::ChannelK;
   if (group_kernel == 0 || nt != 1 || k != v || kv.k_channel) return PoolRead::Widened;
   switch (k) {
     case DType::F16:
@@ -126,6 +128,9 @@ EMBER_AVX2_INLINE void token_step(const float* qg, const BlockQ8Act* qq, const K
                                   int64_t step_pad, float* scores, float* acc, float* m, float* l) {
   if constexpr (G > 0 && std::is_same_v<KElem, BlockQ8_0>) {
     q8_step_scores<G>(qq, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
+  } else if constexpr (G > 0 && std::is_same_v<KElem, ChannelKRegion>) {
+    channel_step_scores<G>(qg, reinterpret_cast<const uint8_t* const*>(kb), bs, n, k_stride, hd,
+                           scale, step_pad, scores, step_pad);
   } else if constexpr (G > 0) {
     group_step_scores<G>(qg, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
   } else {
@@ -164,7 +169,7 @@ EMBER_AVX2_INLINE void token_step(const float* qg, const BlockQ8Act* qq, const K
     }
   }
   // acc[j] += sum_i p[j][i] * v_i, block by block, acc[j] in registers across each block.
-  if constexpr (G > 0 && std::is_same_v<VElem, BlockQ8_0>) {
+  if constexpr (G > 0 && (std::is_same_v<VElem, BlockQ8_0> || std::is_same_v<VElem, BlockQ4_0>)) {
     group_pv_q8<G>(acc, hd_pad, scores, step_pad, vb, bs, n, v_stride, hd);  // kv_pv_q8.h
   } else if constexpr (G > 0) {
     for (int64_t b = 0; b * bs < n; ++b) {
@@ -232,6 +237,8 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   const bool int8_keys = G > 0 && kv_scores_in_int8(kv.k_dtype, hd, kv.k_channel);
   // q8_0 V beside them is never widened either: P V in integers (kv_pv_q8.h) on every path.
   const bool int8_values = int8_keys && kv.v_dtype == DType::Q8_0;
+  // q4_0 V is never widened by the grouped kernels, whatever K: P V in integers (kv_pv_q8.h).
+  const bool q4_values = G > 0 && kv.v_dtype == DType::Q4_0 && hd % kQuantBlock == 0;
   const int64_t q8_heads = n_g * group, q8_groups = hd / kQuantBlock;
   if (int8_keys) {
     if (static_cast<int64_t>(scratch.q8.size()) < nt * q8_heads * q8_groups) {
@@ -242,7 +249,7 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
                                  scratch.q8.data() + u * q8_heads * q8_groups);
     }
   }
-  if ((read == PoolRead::Widened || read == PoolRead::ChannelQ4) &&
+  if ((read == PoolRead::Widened || read == PoolRead::ChannelK) &&
       static_cast<int64_t>(scratch.k.size()) < step_keys * hd_pad) {
     scratch.k.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
     scratch.v.assign(static_cast<size_t>(step_keys * hd_pad), 0.0f);
@@ -295,10 +302,10 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
     }
     // This step's blocks: each holds bs consecutive rows of hd values per kv head.
     const int64_t n_blocks = std::min(step_blocks, (ctx_last - p0 + bs - 1) / bs);
-    // Per-channel K of a step whose blocks are all sealed (not the token's own) is read as it is
-    // by the AVX-512 step, not widened into the scratch first.
-    const bool channel_k_as_is = kAvx512Steps && read == PoolRead::ChannelQ4 && bs % 8 == 0 &&
-                                 hd % 16 == 0 && p0 / bs + n_blocks - 1 < (ctx_last - 1) / bs;
+    // Per-channel K: the tokens' own block is the last of their last step, read from its exact
+    // f16 rows (hd apart) instead of its region.
+    const int64_t own_block = (ctx_last - 1) / bs;
+    const int64_t exact_stride = p0 / bs + n_blocks - 1 == own_block ? hd : 0;
     for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
       const int64_t head_row0 = (g - kv_head_begin) * rows;  // g's first row in the states
       for (int64_t b = 0; b < n_blocks; ++b) {
@@ -314,24 +321,22 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
         }
         blocks.kb[b] = kv.k_row(first);
         blocks.vb[b] = kv.v_row(first);
-        if (read == PoolRead::Widened || (read == PoolRead::ChannelQ4 && !channel_k_as_is)) {
-          const int64_t n_rows = std::min(bs, ctx_last - pb);
+        const int64_t n_rows = std::min(bs, ctx_last - pb);
+        if (read == PoolRead::Widened) {
           float* kd = scratch.k.data() + b * bs * hd_pad;
-          if (int8_keys) {
-            // read in place
-          } else if (!kv.k_channel) {
+          if (!int8_keys) {  // q8_0 K is read in place
             widen_kv_rows(blocks.kb[b], kv.k_dtype, kv.k_row_bytes, n_rows, hd, hd_pad, kd);
-          } else if (pb / bs == (ctx_last - 1) / bs) {  // the tokens' own block: exact rows
-            widen_f16_rows(kv.k_exact_rows(block_of(pb / bs), g), n_rows, hd, hd_pad, kd);
-          } else {
-            widen_channel_rows(blocks.kb[b], n_rows, hd, hd_pad, kd);
           }
           blocks.k[b] = kd;
-          if (read == PoolRead::Widened && !int8_values) {
-            float* vd = scratch.v.data() + b * bs * hd_pad;
-            widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes, n_rows, hd, hd_pad, vd);
-            blocks.v[b] = vd;
-          }
+        }
+        if (read == PoolRead::ChannelK && pb / bs == own_block) {
+          blocks.kb[b] = reinterpret_cast<const uint8_t*>(kv.k_exact_rows(block_of(pb / bs), g));
+        }
+        if ((read == PoolRead::Widened || read == PoolRead::ChannelK) && !int8_values &&
+            !q4_values) {
+          float* vd = scratch.v.data() + b * bs * hd_pad;
+          widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes, n_rows, hd, hd_pad, vd);
+          blocks.v[b] = vd;
         } else if (read == PoolRead::InPlace) {
           blocks.k[b] = reinterpret_cast<const float*>(blocks.kb[b]);
           blocks.v[b] = reinterpret_cast<const float*>(blocks.vb[b]);
@@ -396,41 +401,44 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
             case PoolRead::Q4:
               narrow_step(BlockQ4_0{});
               continue;
-            case PoolRead::ChannelQ4: {
+            default:
+              break;
+          }
+          // K's rows as the step reads them, then V's: q4_0 as it is, q8_0 as it is beside q8_0
+          // K, else the f32 rows (in the pool or widened into the scratch).
+          const auto with_v = [&](const auto* const* kb, int64_t k_stride) EMBER_AVX2_LAMBDA {
+            if (q4_values) {
               const BlockQ4_0* vb[StepBlocks::kMax];
               for (int64_t b = 0; b < n_blocks; ++b) {
                 vb[b] = reinterpret_cast<const BlockQ4_0*>(blocks.vb[b]);
               }
-              const int64_t v_stride = kv.v_row_bytes / static_cast<int64_t>(sizeof(BlockQ4_0));
-              if constexpr (kAvx512Steps) {
-                if (channel_k_as_is) {
-                  const avx512::ChannelKRegion* kb[StepBlocks::kMax];
-                  for (int64_t b = 0; b < n_blocks; ++b) {
-                    kb[b] = reinterpret_cast<const avx512::ChannelKRegion*>(blocks.kb[b]);
-                  }
-                  step(kb, vb, 0, v_stride);
-                  continue;
-                }
-              }
-              step(blocks.k, vb, hd_pad, v_stride);
-              continue;
+              step(kb, vb, k_stride, kv.v_row_bytes / static_cast<int64_t>(sizeof(BlockQ4_0)));
+            } else {
+              step(kb, blocks.v, k_stride, read == PoolRead::ChannelK ? hd_pad : row_stride);
             }
-            default:
-              break;
-          }
-          if (int8_keys) {  // K read in place; V too where q8_0, else widened into the scratch
-            const BlockQ8_0* kb[StepBlocks::kMax];
+          };
+          if (read == PoolRead::ChannelK) {
+            const ChannelKRegion* kb[StepBlocks::kMax];
             for (int64_t b = 0; b < n_blocks; ++b) {
-              kb[b] = reinterpret_cast<const BlockQ8_0*>(blocks.kb[b]);
+              kb[b] = reinterpret_cast<const ChannelKRegion*>(blocks.kb[b]);
             }
-            const int64_t k_stride = kv.k_row_bytes / static_cast<int64_t>(sizeof(BlockQ8_0));
+            with_v(kb, exact_stride);
+            continue;
+          }
+          if (int8_keys) {  // K read in place
             if (int8_values) {
               narrow_step(BlockQ8_0{});
               continue;
             }
-            step(kb, blocks.v, k_stride, row_stride);
+            const BlockQ8_0* kb[StepBlocks::kMax];
+            for (int64_t b = 0; b < n_blocks; ++b) {
+              kb[b] = reinterpret_cast<const BlockQ8_0*>(blocks.kb[b]);
+            }
+            with_v(kb, kv.k_row_bytes / static_cast<int64_t>(sizeof(BlockQ8_0)));
             continue;
           }
+          with_v(blocks.k, row_stride);
+          continue;
         }
         step(blocks.k, blocks.v, row_stride, row_stride);
       }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "ember/backend/cpu/avx2_kv_rows.h"
 #include "ember/backend/cpu/avx2_util.h"
@@ -210,17 +211,43 @@ EMBER_AVX2_INLINE void pv_q8_weights(const float* p, int64_t p_stride, const flo
   }
 }
 
-// acc_h += P V of a whole step over a q8_0 V cache (hd % 32 == 0) by kv_pv_q8.h's rule: keys two
-// at a time, their bytes interleaved and sign-extended to words, one pmaddwd per head and 8 values
-// (the integers of the AVX-512 kernel's vpdpwssd, so its bits). 16 values a pass keep the
-// accumulators in registers.
-template <int G>
+// Values 16 half .. 16 half + 15 of group c of rows a and b as word pairs (a's value, b's value)
+// per 32-bit lane, values in order (lo: the first 8, hi: the next 8): q8_0's bytes interleaved and
+// sign-extended; q4_0's nibbles (low ones for half 0, high for half 1) minus 8.
+template <typename Block>
+EMBER_AVX2_INLINE void pv_pair_words(const Block& a, const Block& b, int half, __m256i& lo,
+                                     __m256i& hi) {
+  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs + 16 * half));
+    const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * half));
+    lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb));
+    hi = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb));
+  } else {
+    __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
+    __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    if (half == 1) {
+      va = _mm_srli_epi16(va, 4);
+      vb = _mm_srli_epi16(vb, 4);
+    }
+    const __m128i nibble = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    va = _mm_sub_epi8(_mm_and_si128(va, nibble), eight);
+    vb = _mm_sub_epi8(_mm_and_si128(vb, nibble), eight);
+    lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb));
+    hi = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb));
+  }
+}
+
+// acc_h += P V of a whole step over a q8_0 / q4_0 V cache (hd % 32 == 0) by kv_pv_q8.h's rule:
+// keys two at a time as word pairs (pv_pair_words), one pmaddwd per head and 8 values (the
+// integers of the AVX-512 kernel's vpdpwssd, so its bits). 16 values a pass keep the accumulators
+// in registers.
+template <int G, typename Block>
 EMBER_AVX2_INLINE void group_pv_q8(float* acc, int64_t acc_stride, const float* p, int64_t p_stride,
-                                   const BlockQ8_0* const* vb, int64_t bs, int64_t n,
-                                   int64_t v_stride, int64_t hd) {
-  thread_local PvQ8Scratch scratch;
+                                   const Block* const* vb, int64_t bs, int64_t n, int64_t v_stride,
+                                   int64_t hd) {
+  thread_local PvIntScratch<Block> scratch;
   const int64_t n_pad = scratch.reserve(n, 8, G, 1);  // past an odd n: one row under weight 0
-  const BlockQ8_0** rows = scratch.rows.data();
+  const Block** rows = scratch.rows.data();
   pv_q8_step_rows(vb, bs, n, v_stride, n_pad, rows);
   int16_t* q = scratch.q.data();
   float* d = scratch.d.data();
@@ -236,12 +263,8 @@ EMBER_AVX2_INLINE void group_pv_q8(float* acc, int64_t acc_stride, const float* 
 #pragma GCC unroll 4
         for (int h = 0; h < G; ++h) o[h][0] = o[h][1] = _mm256_setzero_si256();
         for (int64_t i = k0; i < k1; i += 2) {
-          const __m128i a =
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i][c].qs + 16 * half));
-          const __m128i b =
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + 1][c].qs + 16 * half));
-          const __m256i lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
-          const __m256i hi = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b));
+          __m256i lo, hi;
+          pv_pair_words(rows[i][c], rows[i + 1][c], half, lo, hi);
 #pragma GCC unroll 4
           for (int h = 0; h < G; ++h) {
             const __m256i x = _mm256_set1_epi32(load_u32(q + h * n_pad + i));

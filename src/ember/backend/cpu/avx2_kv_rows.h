@@ -115,30 +115,4 @@ EMBER_AVX2_INLINE void widen_kv_rows(const uint8_t* src, DType dtype, int64_t ro
   }
 }
 
-// Rows [0, n) of a sealed per-channel K region (kv_channel_blocks.h) into dst [n, hd_pad]: per
-// channel fma(scale, code, min), the same bits as kv_channel_read_row.
-EMBER_AVX2_INLINE void widen_channel_rows(const uint8_t* region, int64_t n, int64_t hd,
-                                          int64_t hd_pad, float* dst) {
-  const int64_t half = hd / 2;
-  if (half % 8 != 0) {
-    for (int64_t i = 0; i < n; ++i) kv_channel_read_row(region, i, hd, dst + i * hd_pad);
-    return;
-  }
-  const auto* scale = reinterpret_cast<const uint16_t*>(region);
-  const uint16_t* min = scale + hd;
-  const uint8_t* codes = region + 4 * hd;
-  for (int64_t d = 0; d < hd; d += 8) {
-    const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scale + d)));
-    const __m256 mn = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(min + d)));
-    const uint8_t* c = codes + d % half;  // channels d..d+7: low nibbles below half, else high
-    const bool high = d >= half;
-    for (int64_t i = 0; i < n; ++i) {
-      __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
-      q = high ? _mm256_srli_epi32(q, 4) : _mm256_and_si256(q, _mm256_set1_epi32(0x0F));
-      _mm256_store_ps(dst + i * hd_pad + d, _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(q), mn));
-      c += half;
-    }
-  }
-}
-
 }  // namespace ember::cpu::avx2

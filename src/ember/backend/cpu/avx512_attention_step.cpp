@@ -9,7 +9,8 @@
 // vector change nothing. Softmax: exponentials per lane (exp16 = avx2::exp), their sum folded into
 // 8 lanes in the AVX2 chunk order. q8_0 K: integer scores, 16 keys per vector (avx512_q8_scores.h),
 // the AVX2 kernel's bits because the sums are exact; q8_0 V: P V in integers (kv_pv_q8.h,
-// avx512_pv_q8.h), two keys per vpdpwssd.
+// avx512_pv_q8.h), two keys per vpdpwssd. Per-channel q4_0 K: integer scores (kv_channel_query.h,
+// avx512_channel_scores.h), 16 keys per vector.
 //
 // BM_Attention (8,192 keys, SmolLM2's 9 heads over 3 kv heads, head_dim 64, one thread, Zen 5):
 // see the README's KV cache section for the figures.
@@ -21,6 +22,7 @@
 #include "ember/backend/cpu/attention_step.h"
 #include "ember/backend/cpu/avx2_attention_group.h"
 #include "ember/backend/cpu/avx2_kv_rows.h"
+#include "ember/backend/cpu/avx512_channel_scores.h"
 #include "ember/backend/cpu/avx512_pv_q8.h"
 #include "ember/backend/cpu/avx512_q8_scores.h"
 #include "ember/backend/cpu/avx512_util.h"
@@ -165,51 +167,6 @@ EMBER_AVX512_INLINE void group_dot8(const float* q, int64_t hd, const Elem* k, i
   for (int h = 0; h < G; ++h) out[h] = reduce_key_pairs(a[h]);
 }
 
-// 8 f16 values as f32, in both halves.
-EMBER_AVX512_INLINE __m512 f16x8_twice(const uint16_t* x) {
-  return _mm512_maskz_cvtph_ps(
-      kAll, _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
-}
-
-// group_dot8 over a sealed per-channel q4_0 region (keys i..i+7 of its block): each value is
-// fma(scale[c], code, min[c]), as avx2::widen_channel_rows writes it into the scratch; a channel's
-// scale and minimum serve both keys of a vector.
-template <int G>
-EMBER_AVX512_INLINE void group_dot8_channel(const float* q, int64_t hd, const uint8_t* region,
-                                            int64_t i, __m256 (&out)[G]) {
-  const int64_t half = hd / 2;
-  const auto* scale = reinterpret_cast<const uint16_t*>(region);
-  const uint16_t* min = scale + hd;
-  const uint8_t* codes = region + 4 * hd + i * half;
-  __m512 a[G][4];
-#pragma GCC unroll 4
-  for (int h = 0; h < G; ++h) {
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) a[h][p] = _mm512_setzero_ps();
-  }
-  for (int64_t d = 0; d < hd; d += 8) {
-    const __m512 sc = f16x8_twice(scale + d), mn = f16x8_twice(min + d);
-    __m512 qv[G];
-#pragma GCC unroll 4
-    for (int h = 0; h < G; ++h) {
-      qv[h] = _mm512_maskz_broadcast_f32x8(kAll, _mm256_loadu_ps(q + h * hd + d));
-    }
-    const uint8_t* c = codes + d % half;  // channels d..d+7: low nibbles below half, else high
-    const bool high = d >= half;
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      __m512i k =
-          _mm512_maskz_cvtepu8_epi32(kAll, two_halves(c + 2 * p * half, c + (2 * p + 1) * half));
-      k = high ? _mm512_maskz_srli_epi32(kAll, k, 4) : _mm512_and_si512(k, _mm512_set1_epi32(0x0F));
-      const __m512 kv = _mm512_fmadd_ps(sc, _mm512_maskz_cvtepi32_ps(kAll, k), mn);
-#pragma GCC unroll 4
-      for (int h = 0; h < G; ++h) a[h][p] = _mm512_fmadd_ps(qv[h], kv, a[h][p]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int h = 0; h < G; ++h) out[h] = reduce_key_pairs(a[h]);
-}
-
 // avx2::group_step_scores: keys 8 at a time here, then 4 and 1 as there (a key's bits depend only
 // on whether it falls in a group of 4 within its block, which is the same either way).
 template <int G, typename Elem>
@@ -223,34 +180,55 @@ EMBER_AVX512_INLINE void group_step_scores(const float* q, const Elem* const* bl
     const int64_t nb = std::min(bs, n - b * bs);
     float* sb = s + b * bs;
     int64_t i = 0;
-    if constexpr (std::is_same_v<Elem, ChannelKRegion>) {  // whole blocks, bs % 8 == 0
-      for (; i < nb; i += 8) {
-        __m256 d8[G];
-        group_dot8_channel<G>(q, hd, &kb->byte, i, d8);
+    for (; i + 8 <= nb; i += 8) {
+      __m256 d8[G];
+      group_dot8<G>(q, hd, kb + i * row_stride, row_stride, d8);
 #pragma GCC unroll 4
-        for (int h = 0; h < G; ++h) {
-          _mm256_storeu_ps(sb + h * s_stride + i, _mm256_mul_ps(d8[h], scale8));
-        }
+      for (int h = 0; h < G; ++h)
+        _mm256_storeu_ps(sb + h * s_stride + i, _mm256_mul_ps(d8[h], scale8));
+    }
+    for (; i + 4 <= nb; i += 4) {
+      __m128 d4[G];
+      avx2::group_dot4<G>(q, hd, kb + i * row_stride, row_stride, d4);
+#pragma GCC unroll 4
+      for (int h = 0; h < G; ++h) _mm_storeu_ps(sb + h * s_stride + i, _mm_mul_ps(d4[h], scale4));
+    }
+    for (; i < nb; ++i) {
+      for (int h = 0; h < G; ++h) {
+        sb[h * s_stride + i] = avx2::dot_row(q + h * hd, kb + i * row_stride, hd) * scale;
       }
+    }
+  }
+  for (int h = 0; h < G; ++h) {
+    for (int64_t i = n; i < n_pad; ++i) s[h * s_stride + i] = -INFINITY;
+  }
+}
+
+// avx2::channel_step_scores on 512-bit vectors (the same bits): sealed blocks 16 keys at a time,
+// the tokens' own block (last, where exact_stride != 0) from its exact f16 rows.
+template <int G>
+EMBER_AVX512_INLINE void channel_step_scores(const float* q, const uint8_t* const* blocks,
+                                             int64_t bs, int64_t n, int64_t exact_stride,
+                                             int64_t hd, float scale, int64_t n_pad, float* s,
+                                             int64_t s_stride) {
+  ChannelQuery cq[G];
+  for (int64_t b = 0; b * bs < n; ++b) {
+    const int64_t nb = std::min(bs, n - b * bs);
+    float* sb = s + b * bs;
+    if (exact_stride != 0 && (b + 1) * bs >= n) {
+      const uint16_t* rows[1] = {reinterpret_cast<const uint16_t*>(blocks[b])};
+      group_step_scores<G>(q, rows, bs, nb, exact_stride, hd, scale, nb, sb, s_stride);
       continue;
-    } else {
-      for (; i + 8 <= nb; i += 8) {
-        __m256 d8[G];
-        group_dot8<G>(q, hd, kb + i * row_stride, row_stride, d8);
+    }
+    fold_channel_queries<G>(q, blocks[b], hd, cq);
+    const uint8_t* codes = kv_channel_codes(blocks[b], hd);
+    int64_t i = 0;
+    for (; i + 16 <= nb; i += 16) channel_scores16<G>(cq, codes, bs, i, hd, scale, sb, s_stride);
+    for (; i + 8 <= nb; i += 8) channel_scores8<G>(cq, codes, bs, i, hd, scale, sb, s_stride);
+    for (; i < nb; ++i) {
 #pragma GCC unroll 4
-        for (int h = 0; h < G; ++h)
-          _mm256_storeu_ps(sb + h * s_stride + i, _mm256_mul_ps(d8[h], scale8));
-      }
-      for (; i + 4 <= nb; i += 4) {
-        __m128 d4[G];
-        avx2::group_dot4<G>(q, hd, kb + i * row_stride, row_stride, d4);
-#pragma GCC unroll 4
-        for (int h = 0; h < G; ++h) _mm_storeu_ps(sb + h * s_stride + i, _mm_mul_ps(d4[h], scale4));
-      }
-      for (; i < nb; ++i) {
-        for (int h = 0; h < G; ++h) {
-          sb[h * s_stride + i] = avx2::dot_row(q + h * hd, kb + i * row_stride, hd) * scale;
-        }
+      for (int h = 0; h < G; ++h) {
+        sb[h * s_stride + i] = channel_key_score(cq[h], blocks[b], i, hd, bs, scale);
       }
     }
   }
@@ -412,6 +390,9 @@ EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem*
                              float* m, float* l) {
   if constexpr (std::is_same_v<KElem, BlockQ8_0>) {
     q8_step_scores<G>(qq, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
+  } else if constexpr (std::is_same_v<KElem, ChannelKRegion>) {
+    channel_step_scores<G>(qg, reinterpret_cast<const uint8_t* const*>(kb), bs, n, k_stride, hd,
+                           scale, step_pad, scores, step_pad);
   } else {
     avx512::group_step_scores<G>(qg, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
   }
@@ -421,7 +402,7 @@ EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem*
   for (int64_t j = 0; j < G; ++j) {
     softmax_update(scores + j * step_pad, step_pad, m + j, l + j, acc + j * hd_pad, hd_pad);
   }
-  if constexpr (std::is_same_v<VElem, BlockQ8_0>) {
+  if constexpr (std::is_same_v<VElem, BlockQ8_0> || std::is_same_v<VElem, BlockQ4_0>) {
     group_pv_q8<G>(acc, hd_pad, scores, step_pad, vb, bs, n, v_stride, hd);
   } else {
     for (int64_t b = 0; b * bs < n; ++b) {
@@ -448,7 +429,9 @@ EMBER_TOKEN_STEPS(BlockQ8_0, BlockQ8_0)
 EMBER_TOKEN_STEPS(BlockQ8_0, float)
 EMBER_TOKEN_STEPS(BlockQ4_0, BlockQ4_0)
 EMBER_TOKEN_STEPS(float, BlockQ4_0)
+EMBER_TOKEN_STEPS(BlockQ8_0, BlockQ4_0)
 EMBER_TOKEN_STEPS(ChannelKRegion, BlockQ4_0)
+EMBER_TOKEN_STEPS(ChannelKRegion, float)
 #undef EMBER_TOKEN_STEPS
 #undef EMBER_TOKEN_STEP
 

@@ -1,11 +1,12 @@
-// Internal to the AVX-512 attention step (avx512_attention_step.cpp): P V over a q8_0 V cache in
-// integers by kv_pv_q8.h's rule, on 512-bit vectors (the AVX2 kernel, avx2_attention_group.h, gives
-// the same bits: the integer sums are exact, the float steps the same per lane). Include only from
-// files compiled for AVX-512 (functions carry EMBER_AVX512_INLINE).
+// Internal to the AVX-512 attention step (avx512_attention_step.cpp): P V over a q8_0 or q4_0 V
+// cache in integers by kv_pv_q8.h's rule, on 512-bit vectors (the AVX2 kernel,
+// avx2_attention_group.h, gives the same bits: the integer sums are exact, the float steps the same
+// per lane). Include only from files compiled for AVX-512 (functions carry EMBER_AVX512_INLINE).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "ember/backend/cpu/avx2_util.h"
 #include "ember/backend/cpu/avx512_q8_scores.h"
@@ -51,10 +52,11 @@ EMBER_AVX512_INLINE void pv_q8_weights(const float* p, int64_t p_stride, const f
 
 // The rows of a step's n keys into rows [n_pad), the last one repeated past n; blocks of a
 // multiple of 8 rows 8 at a time.
-EMBER_AVX512_INLINE void pv_q8_rows(const BlockQ8_0* const* vb, int64_t bs, int64_t n,
-                                    int64_t v_stride, int64_t n_pad, const BlockQ8_0** rows) {
+template <typename Block>
+EMBER_AVX512_INLINE void pv_q8_rows(const Block* const* vb, int64_t bs, int64_t n, int64_t v_stride,
+                                    int64_t n_pad, const Block** rows) {
   if (bs % 8 != 0) return pv_q8_step_rows(vb, bs, n, v_stride, n_pad, rows);
-  const int64_t row_bytes = v_stride * static_cast<int64_t>(sizeof(BlockQ8_0));
+  const int64_t row_bytes = v_stride * static_cast<int64_t>(sizeof(Block));
   const __m512i steps =
       _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(row_bytes));
   for (int64_t b = 0; b * bs < n; ++b) {
@@ -68,18 +70,41 @@ EMBER_AVX512_INLINE void pv_q8_rows(const BlockQ8_0* const* vb, int64_t bs, int6
   for (int64_t i = n; i < n_pad; ++i) rows[i] = rows[n - 1];
 }
 
-// acc_h += P V of a whole step over a q8_0 V cache (hd % 32 == 0) by kv_pv_q8.h's rule, NC (1 or
-// 2) V groups from c0 a pass. Keys two at a time: rows i and i + 1 interleaved byte by byte and
-// sign-extended to words, so each 32-bit lane holds one value's pair and one vpdpwssd per head
-// adds both keys' products; the lanes come out as values 0-7, 16-23 (lo) and 8-15, 24-31 (hi)
-// and go back in order once per chunk of keys. q: [G][NC][n_pad], back: [G][NC].
-template <int G, int NC>
-EMBER_AVX512_INLINE void pv_q8_pass(float* acc, int64_t acc_stride, const BlockQ8_0* const* rows,
+// Group c of rows a and b as word pairs (a's value, b's value) per 32-bit lane: q8_0's bytes
+// interleaved and sign-extended, lanes values 0-7, 16-23 (lo) and 8-15, 24-31 (hi); q4_0's
+// nibbles minus 8, lanes values 0-15 (lo: the low nibbles) and 16-31 (hi).
+template <typename Block>
+EMBER_AVX512_INLINE void pv_pair_words(const Block& a, const Block& b, __m512i& lo, __m512i& hi) {
+  constexpr auto kAll32 = static_cast<__mmask32>(0xffffffffu);
+  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+    const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+    const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+    lo = _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_unpacklo_epi8(va, vb));
+    hi = _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_unpackhi_epi8(va, vb));
+  } else {
+    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
+    const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m256i x = _mm256_set_m128i(_mm_unpackhi_epi8(va, vb), _mm_unpacklo_epi8(va, vb));
+    const __m256i nibble = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+    lo = _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_sub_epi8(_mm256_and_si256(x, nibble), eight));
+    hi = _mm512_maskz_cvtepi8_epi16(
+        kAll32, _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(x, 4), nibble), eight));
+  }
+}
+
+// acc_h += P V of a whole step over a q8_0 / q4_0 V cache (hd % 32 == 0) by kv_pv_q8.h's rule, NC
+// (1 or 2) V groups from c0 a pass. Keys two at a time (pv_pair_words), so one vpdpwssd per head
+// adds both keys' products; q8_0's lanes go back in order once per chunk of keys. q:
+// [G][NC][n_pad], back: [G][NC].
+template <int G, int NC, typename Block>
+EMBER_AVX512_INLINE void pv_q8_pass(float* acc, int64_t acc_stride, const Block* const* rows,
                                     int64_t n, int64_t n_pad, int64_t c0, const int16_t* q,
                                     const float* back) {
-  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
-  constexpr auto kAll32 = static_cast<__mmask32>(0xffffffffu);
+  constexpr bool kQ8 = std::is_same_v<Block, BlockQ8_0>;
+  const __m512i first =
+      kQ8 ? _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+          : _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(kQ8 ? 8 : 16));
   for (int64_t k0 = 0; k0 < n; k0 += kPvQ8ChunkKeys) {
     const int64_t k1 = std::min(n, k0 + kPvQ8ChunkKeys);
     __m512i o[G][NC][2];
@@ -91,11 +116,8 @@ EMBER_AVX512_INLINE void pv_q8_pass(float* acc, int64_t acc_stride, const BlockQ
     for (int64_t i = k0; i < k1; i += 2) {
 #pragma GCC unroll 2
       for (int c = 0; c < NC; ++c) {
-        const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i][c0 + c].qs));
-        const __m256i vb =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i + 1][c0 + c].qs));
-        const __m512i lo = _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_unpacklo_epi8(va, vb));
-        const __m512i hi = _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_unpackhi_epi8(va, vb));
+        __m512i lo, hi;
+        pv_pair_words(rows[i][c0 + c], rows[i + 1][c0 + c], lo, hi);
 #pragma GCC unroll 4
         for (int h = 0; h < G; ++h) {
           const __m512i x =
@@ -124,22 +146,22 @@ EMBER_AVX512_INLINE void pv_q8_pass(float* acc, int64_t acc_stride, const BlockQ
   }
 }
 
-// acc_h += P V of a whole step over a q8_0 V cache (hd % 32 == 0) by kv_pv_q8.h's rule: the rows
-// and every V group's scales (gathered) once, then two V groups a pass.
-template <int G>
+// acc_h += P V of a whole step over a q8_0 / q4_0 V cache (hd % 32 == 0) by kv_pv_q8.h's rule:
+// the rows and every V group's scales (gathered) once, then two V groups a pass.
+template <int G, typename Block>
 EMBER_AVX512_INLINE void group_pv_q8(float* acc, int64_t acc_stride, const float* p,
-                                     int64_t p_stride, const BlockQ8_0* const* vb, int64_t bs,
+                                     int64_t p_stride, const Block* const* vb, int64_t bs,
                                      int64_t n, int64_t v_stride, int64_t hd) {
-  thread_local PvQ8Scratch scratch;
+  thread_local PvIntScratch<Block> scratch;
   const int64_t groups = hd / kQuantBlock;
   const int64_t n_pad = scratch.reserve(n, 16, 2 * G, groups);
-  const BlockQ8_0** rows = scratch.rows.data();
+  const Block** rows = scratch.rows.data();
   pv_q8_rows(vb, bs, n, v_stride, n_pad, rows);
   float* d = scratch.d.data();
   for (int64_t i = 0; i < n_pad; i += 16) {
     const __m512i lo = _mm512_loadu_si512(rows + i), hi = _mm512_loadu_si512(rows + i + 8);
     for (int64_t c = 0; c < groups; ++c) {
-      _mm512_storeu_ps(d + c * n_pad + i, gather_q8_scales(lo, hi, c));
+      _mm512_storeu_ps(d + c * n_pad + i, gather_q8_scales<Block>(lo, hi, c));
     }
   }
   int16_t* q = scratch.q.data();

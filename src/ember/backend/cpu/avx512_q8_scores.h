@@ -60,9 +60,11 @@ EMBER_AVX512_INLINE void transpose16x16(__m512i (&t)[16]) {
   }
 }
 
-// The f16 scale of group g of the 16 rows whose addresses are in addr (8 + 8 pointers), as f32.
+// The f16 scale of group g of the 16 rows whose addresses are in addr (8 + 8 pointers), as f32
+// (BlockQ8_0 or BlockQ4_0 rows: the scale first in each block).
+template <typename Block = BlockQ8_0>
 EMBER_AVX512_INLINE __m512 gather_q8_scales(__m512i addr_lo, __m512i addr_hi, int64_t g) {
-  const __m512i offset = _mm512_set1_epi64(g * static_cast<int64_t>(sizeof(BlockQ8_0)));
+  const __m512i offset = _mm512_set1_epi64(g * static_cast<int64_t>(sizeof(Block)));
   // 4 bytes from each block's start: its scale in the low 16 bits (little endian).
   const __m256i lo = _mm512_mask_i64gather_epi32(_mm256_setzero_si256(), kQ8All8,
                                                  _mm512_add_epi64(addr_lo, offset), nullptr, 1);

@@ -80,7 +80,7 @@ void HostKvStorage::give_exact_rows(int32_t block, bool from_sealed) {
     for (int64_t g = 0; g < s.n_kv_heads; ++g) {
       const auto* region = static_cast<const uint8_t*>(k_at(layer, row_index(block, 0, g)));
       for (int64_t slot = 0; slot < s.block_size; ++slot) {
-        kv_channel_read_row(region, slot, s.head_dim, row.data());
+        kv_channel_read_row(region, slot, s.head_dim, s.block_size, row.data());
         uint16_t* out = exact.data() + exact_index(layer, slot, g);
         for (int64_t d = 0; d < s.head_dim; ++d) out[d] = f32_to_f16(row[static_cast<size_t>(d)]);
       }

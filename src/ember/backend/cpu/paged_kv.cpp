@@ -23,7 +23,7 @@ const float* PagedKv::read_k(int64_t block, int64_t pos, int64_t query_pos, int6
     for (int64_t d = 0; d < head_dim; ++d) out[d] = f16_to_f32(exact[d]);
     return out;
   }
-  kv_channel_read_row(k_region(block, kv_head), slot, head_dim, out);
+  kv_channel_read_row(k_region(block, kv_head), slot, head_dim, block_size, out);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ember/backend/cpu/kernels_isa.h"
+#include "ember/backend/cpu/kv_channel_query.h"
 #include "ember/backend/cpu/kv_query_q8.h"
 #include "ember/backend/kv_row_format.h"
 #include "ember/backend/reference/reference_kernels.h"
@@ -165,10 +166,16 @@ void attention_keys(const float* q, int64_t n_heads, const PagedKv& kv, const in
   const bool int8_keys = kv_scores_in_int8(kv.k_dtype, hd, kv.k_channel);
   thread_local std::vector<BlockQ8Act> q8;
   if (int8_keys) q8.resize(static_cast<size_t>(hd / kQuantBlock));
+  // Per-channel q4_0 K: sealed blocks scored in integers against the query folded into each
+  // block's scales (kv_channel_query.h), the token's own block from its exact rows.
+  thread_local ChannelQuery folded;
+  const uint8_t* folded_region = nullptr;
+  const int64_t own_block = (ctx_len - 1) / kv.block_size;
   for (int64_t h = kv_head_begin * group; h < kv_head_end * group; ++h) {
     const int64_t g = h / group;
     const float* qh = q + h * hd;
     if (int8_keys) scalar::quantize_activations(qh, 1, hd, q8.data());
+    folded_region = nullptr;
     float m = -INFINITY, l = 0.0f, total_m = -INFINITY, total_l = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
     for (int64_t p = first; p < last; ++p) {
@@ -181,10 +188,18 @@ void attention_keys(const float* q, int64_t n_heads, const PagedKv& kv, const in
       const int32_t block = block_table[p / kv.block_size];
       const int64_t row = kv.row_index(block, p % kv.block_size, g);
       const float* v = kv_row(kv.v_row(row), kv.v_dtype, hd, v_buf);
-      float s = int8_keys
-                    ? q8_key_score(q8.data(), reinterpret_cast<const BlockQ8_0*>(kv.k_row(row)), hd,
-                                   scores.scale)
-                    : dot(qh, kv.read_k(block, p, ctx_len - 1, g, k_buf), hd) * scores.scale;
+      float s;
+      if (int8_keys) {
+        s = q8_key_score(q8.data(), reinterpret_cast<const BlockQ8_0*>(kv.k_row(row)), hd,
+                         scores.scale);
+      } else if (kv.k_channel && p / kv.block_size != own_block) {
+        const uint8_t* region = kv.k_region(block, g);
+        if (region != folded_region) fold_channel_query(qh, region, hd, folded);
+        folded_region = region;
+        s = channel_key_score(folded, region, p % kv.block_size, hd, kv.block_size, scores.scale);
+      } else {
+        s = dot(qh, kv.read_k(block, p, ctx_len - 1, g, k_buf), hd) * scores.scale;
+      }
       if (scores.softcap > 0.0f) s = scores.softcap * std::tanh(s / scores.softcap);
       if (s > m) {
         const float c = std::exp(m - s);  // 0 on the first position (m = -inf)

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ember/backend/cpu/kv_channel_query.h"
 #include "ember/backend/cpu/kv_query_q8.h"
 #include "ember/backend/cpu/weight_layout.h"
 #include "ember/backend/kv_row_format.h"
@@ -174,13 +175,36 @@ void attention(const float* q, int64_t n_heads, const PagedKv& kv, const int32_t
       }
     }
   }
+  // Per-channel q4_0 K: each sealed block scores against the query folded into its scales and
+  // rounded (kv_channel_query.h), here as a * I + sum_c q_c m_c in double; the query's own block
+  // from the exact rows.
+  const int64_t own_block = ctx_len > 0 ? (ctx_len - 1) / kv.block_size : 0;
+  cpu::ChannelQuery folded;
+  const uint8_t* folded_region = nullptr;
+  double folded_bias = 0.0;
   std::vector<double> s(static_cast<size_t>(ctx_len));
   for (int64_t h = 0; h < n_heads; ++h) {
     const int64_t g = h / group;
     double mx = -INFINITY;
     for (int64_t p = first; p < ctx_len; ++p) {
       double dot = 0.0;
-      for (int64_t d = 0; d < hd; ++d) dot += qs[h * hd + d] * k[(p * n_kv + g) * hd + d];
+      if (kv.k_channel && p / kv.block_size != own_block) {
+        const uint8_t* region = kv.k_region(block_table[p / kv.block_size], g);
+        if (region != folded_region) {
+          cpu::fold_channel_query(q + h * hd, region, hd, folded);
+          const uint16_t* min = reinterpret_cast<const uint16_t*>(region) + hd;
+          folded_bias = 0.0;
+          for (int64_t d = 0; d < hd; ++d) {
+            folded_bias += static_cast<double>(q[h * hd + d]) * f16_to_f32(min[d]);
+          }
+          folded_region = region;
+        }
+        dot = static_cast<double>(folded.a) *
+                  cpu::channel_key_dot(folded, region, p % kv.block_size, hd, kv.block_size) +
+              folded_bias;
+      } else {
+        for (int64_t d = 0; d < hd; ++d) dot += qs[h * hd + d] * k[(p * n_kv + g) * hd + d];
+      }
       s[p] = dot * scores.scale;
       if (scores.softcap > 0.0f) s[p] = scores.softcap * std::tanh(s[p] / scores.softcap);
       mx = std::max(mx, s[p]);

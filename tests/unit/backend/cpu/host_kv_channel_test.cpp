@@ -130,7 +130,7 @@ TEST(HostKvChannel, ExactRowsStayBoundedAndComeBackFromTheSealedCodes) {
   EXPECT_EQ(kv.k_restaged(), 1);
   const PagedKv view = kv.layer_view(0);
   float sealed[8];
-  kv_channel_read_row(view.k_region(0, 1), 1, s.head_dim, sealed);
+  kv_channel_read_row(view.k_region(0, 1), 1, s.head_dim, s.block_size, sealed);
   EXPECT_EQ(f16_to_f32(view.k_exact_rows(0, 1)[1 * s.head_dim + 2]),
             f16_to_f32(f32_to_f16(sealed[2])));
   // The blocks of the last two steps always keep theirs.

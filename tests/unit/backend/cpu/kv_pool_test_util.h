@@ -81,7 +81,7 @@ struct ChannelPool : Pool {
       const uint16_t* row = exact[block].data() + (g * bs + pos % bs) * hd;
       for (int64_t d = 0; d < hd; ++d) k[d] = f16_to_f32(row[d]);
     } else {
-      kv_channel_read_row(kv.k_region(block, g), pos % bs, hd, k.data());
+      kv_channel_read_row(kv.k_region(block, g), pos % bs, hd, bs, k.data());
     }
     return k;
   }
