@@ -65,6 +65,8 @@ TEST(KernelsAttention, MatchesReferenceWithPagedGqa) {
       // step's keys pair across blocks.
       {9, 3, 64, 5, 77},
       {6, 2, 32, 12, 100},
+      // A step of 320 keys: integer P V sums in chunks of 256.
+      {4, 2, 32, 320, 700},
   };
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
