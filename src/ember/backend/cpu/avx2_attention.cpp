@@ -71,12 +71,15 @@ EMBER_AVX2_INLINE void prefetch_span(const char* p, int64_t bytes) {
   for (; i < bytes; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
 }
 
-// Keys per online-softmax step: whole blocks, at least this many. The softmax update (max, exp,
-// hsum, rescale of the accumulator) is a serial chain per head; one per 16-key block was a
-// quarter of the block's work. Four blocks per step: BM_Attention (3 alternating runs, one thread)
-// 512-token context f32 cache 49-51 -> 46-48 us, f16 64-80 -> 58-60 us; in the engine B = 4 at a
-// 512-token context x1.05 (8 pairs, 0.92..1.54), B = 32 at 128-256 within noise.
-constexpr int64_t kSoftmaxStepKeys = 64;
+// Keys per online-softmax step: whole blocks, at least this many (kernels.h). The softmax update
+// (max, exp, hsum, rescale of the accumulator) and the integer P V's per-step work (the weights'
+// largest magnitude, two divisions per head and V group, the scales' gathers) are serial chains
+// per head; one per 16-key block was a quarter of the block's work. Four blocks per step:
+// BM_Attention (3 alternating runs, one thread) 512-token context f32 cache 49-51 -> 46-48 us,
+// f16 64-80 -> 58-60 us. Eight (5 alternating runs, Xeon, medians at 8,192 keys): f16 541 -> 520
+// us, q8_0 364 -> 349, q4_0 454 -> 432, q4_0 with K per channel 343 -> 312; at 512 keys 3-10%
+// faster each (sixteen gave 1-3% more, with twice the widened scratch).
+constexpr int64_t kSoftmaxStepKeys = kAttentionStepMinKeys;
 
 // The blocks of one softmax step for one kv head: K and V rows of block b at k[b] / v[b] (f32 rows
 // in the pool, or in the widened scratch), or at kb[b] / vb[b] (a narrow pool read as it is).

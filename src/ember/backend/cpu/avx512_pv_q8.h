@@ -72,7 +72,8 @@ EMBER_AVX512_INLINE void pv_q8_rows(const Block* const* vb, int64_t bs, int64_t 
 
 // Group c of rows a and b as word pairs (a's value, b's value) per 32-bit lane: q8_0's bytes
 // interleaved and sign-extended, lanes values 0-7, 16-23 (lo) and 8-15, 24-31 (hi); q4_0's
-// nibbles minus 8, lanes values 0-15 (lo: the low nibbles) and 16-31 (hi).
+// nibbles as they are stored (0..15: the pass takes 8 times the weights' sum off), lanes values
+// 0-15 (lo: the low nibbles) and 16-31 (hi).
 template <typename Block>
 EMBER_AVX512_INLINE void pv_pair_words(const Block& a, const Block& b, __m512i& lo, __m512i& hi) {
   constexpr auto kAll32 = static_cast<__mmask32>(0xffffffffu);
@@ -82,14 +83,39 @@ EMBER_AVX512_INLINE void pv_pair_words(const Block& a, const Block& b, __m512i& 
     lo = _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_unpacklo_epi8(va, vb));
     hi = _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_unpackhi_epi8(va, vb));
   } else {
-    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
-    const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    const __m256i x = _mm256_set_m128i(_mm_unpackhi_epi8(va, vb), _mm_unpacklo_epi8(va, vb));
-    const __m256i nibble = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-    lo = _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_sub_epi8(_mm256_and_si256(x, nibble), eight));
-    hi = _mm512_maskz_cvtepi8_epi16(
-        kAll32, _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(x, 4), nibble), eight));
+    // Each row's 16 bytes in every 128-bit lane (broadcast loads, no shuffle); lane L's lanes
+    // 4L..4L+3 take byte 4L + j of a into their byte 0 and of b into their byte 2 (one in-lane
+    // byte shuffle each, zero-masked / merged), bytes 1 and 3 stay 0: words of 0..255.
+    const __m512i ra = _mm512_maskz_broadcast_i32x4(
+        kPvAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs)));
+    const __m512i rb = _mm512_maskz_broadcast_i32x4(
+        kPvAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+    const __m512i pick =
+        _mm512_set_epi32(0x0F0F0F0F, 0x0E0E0E0E, 0x0D0D0D0D, 0x0C0C0C0C, 0x0B0B0B0B, 0x0A0A0A0A,
+                         0x09090909, 0x08080808, 0x07070707, 0x06060606, 0x05050505, 0x04040404,
+                         0x03030303, 0x02020202, 0x01010101, 0x00000000);
+    constexpr auto kByte0 = static_cast<__mmask64>(0x1111111111111111ull);
+    const __m512i w = _mm512_mask_shuffle_epi8(_mm512_maskz_shuffle_epi8(kByte0, ra, pick),
+                                               kByte0 << 2, rb, pick);
+    lo = _mm512_and_si512(w, _mm512_set1_epi16(0x0F));
+    hi = _mm512_maskz_srli_epi16(kAll32, w, 4);
   }
+}
+
+// 8 times the sum of one head's rounded weights over keys [k0, k1) (k1 - k0 a multiple of 16):
+// what the q4_0 nibbles' offset of 8 takes off the chunk's integer sums.
+EMBER_AVX512_INLINE int32_t q4_offset_sum(const int16_t* q, int64_t k0, int64_t k1) {
+  const __m512i ones = _mm512_set1_epi16(1);
+  __m512i s = _mm512_setzero_si512();
+  for (int64_t i = k0; i < k1; i += 32) {
+    const auto m = static_cast<__mmask32>(k1 - i >= 32 ? 0xffffffffu : 0xffffu);
+    s = _mm512_dpwssd_epi32(s, _mm512_maskz_loadu_epi16(m, q + i), ones);
+  }
+  const __m256i h = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(kPvLow8, s, 0),
+                                     _mm512_maskz_extracti64x4_epi64(kPvLow8, s, 1));
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+  return 8 * (_mm_cvtsi128_si32(t) + _mm_extract_epi32(t, 1));
 }
 
 // acc_h += P V of a whole step over a q8_0 / q4_0 V cache (hd % 32 == 0) by kv_pv_q8.h's rule, NC
@@ -133,6 +159,12 @@ EMBER_AVX512_INLINE void pv_q8_pass(float* acc, int64_t acc_stride, const Block*
       for (int c = 0; c < NC; ++c) {
         const float sb = back[h * NC + c];
         if (sb == 0.0f) continue;
+        if constexpr (!kQ8) {  // the nibbles' offset, exact in int32 (n_pad keys: 0 past n)
+          const __m512i off = _mm512_set1_epi32(
+              q4_offset_sum(q + (h * NC + c) * n_pad, k0, std::min(n_pad, k0 + kPvQ8ChunkKeys)));
+          o[h][c][0] = _mm512_sub_epi32(o[h][c][0], off);
+          o[h][c][1] = _mm512_sub_epi32(o[h][c][1], off);
+        }
         float* ah = acc + h * acc_stride + (c0 + c) * kQuantBlock;
         const __m512 v0 = _mm512_maskz_cvtepi32_ps(
             kPvAll, _mm512_permutex2var_epi32(o[h][c][0], first, o[h][c][1]));

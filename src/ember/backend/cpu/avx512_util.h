@@ -96,9 +96,9 @@ EMBER_AVX512_INLINE __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_maskz_slli_epi32(
-      all, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(all, n), _mm512_set1_epi32(127)), 23);
-  const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  // p * 2^n in one vscalefps: n is an integer in [-126, 127], so 2^n is the normal float that
+  // avx2::exp builds from its exponent bits, and both round the one product the same way.
+  const __m512 y = _mm512_maskz_scalef_ps(all, p, n);
   const __mmask16 in_range = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);  // underflow, NaN -> 0
   const __mmask16 overflow = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
   return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(in_range, y), overflow,

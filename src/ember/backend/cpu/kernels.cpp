@@ -343,8 +343,9 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
 
 int64_t attention_segment_keys(int64_t block_size) {
   // A whole number of every kernel's softmax steps (the AVX2 kernel's: whole blocks of at least
-  // 64 keys), at least 1,024 keys: long enough that a segment's fold is noise next to its keys.
-  const int64_t step = std::max<int64_t>(1, 64 / block_size) * block_size;
+  // kAttentionStepMinKeys), at least 1,024 keys: long enough that a segment's fold is noise next to
+  // its keys.
+  const int64_t step = std::max<int64_t>(1, kAttentionStepMinKeys / block_size) * block_size;
   return (1024 + step - 1) / step * step;
 }
 

@@ -213,6 +213,10 @@ void attention_tokens(const float* q, int64_t nt, int64_t q_stride, int64_t n_he
                       const AttentionScores& scores, float* out, int64_t out_stride,
                       int64_t kv_head_begin, int64_t kv_head_end);
 
+// Keys per online-softmax step of the AVX2 / AVX-512 walk (avx2_attention.cpp): whole blocks, at
+// least this many. Segments (below) are whole steps.
+inline constexpr int64_t kAttentionStepMinKeys = 128;
+
 // Long contexts are attended in segments of attention_segment_keys(block_size) keys (about 1,024:
 // whole softmax steps of every kernel), each with an online softmax of its own, folded in order
 // (fold_attention_state). attention_tokens() walks a token's segments one after another;

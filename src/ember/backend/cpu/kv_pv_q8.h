@@ -18,7 +18,9 @@
 // half the step's time on a q8_0 cache (16 instructions beside 12 FMAs per key at head_dim 64,
 // group 3). As int16 pairs, two keys advance per vpdpwssd (pmaddwd on AVX2), and the widening is
 // two byte shuffles per pair of keys (q4_0: a nibble mask, a shift and a subtraction more, shared
-// by the group's heads). The rounding of w adds at most 1 / 65534 of the step's largest weight per
+// by the group's heads; the AVX-512 kernel takes q4_0's nibbles as stored, 0..15, from two in-lane
+// byte shuffles per pair, and takes 8 times the chunk's weight sum off its integer sums: the same
+// exact o). The rounding of w adds at most 1 / 65534 of the step's largest weight per
 // key: far below V's own rounding to 8 (or 4) bits.
 #pragma once
 
