@@ -88,6 +88,45 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond);
 
+// A mixture's batched decode (issue #31): T tokens through each of 96 experts' gate+up matrix
+// (2,048 x 2,048: OLMoE-1B-7B's two 1,024-row projections side by side) in the Interleaved8 layout,
+// 420 MB of q8_0 in huge pages: each expert is read from DRAM, as a decode step of 32 sequences
+// reads nearly every expert of a layer for a few tokens each. args: dtype, T.
+void BM_MatmulExperts(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  const int64_t T = state.range(1), K = 2048, N = 2048, n_experts = 96;
+  const auto layout = cpu::WeightLayout::Interleaved8;
+  const int64_t row_bytes = ember::dtype_row_bytes(dtype, K);
+  const int64_t bytes = cpu::weight_matrix_bytes(dtype, N, K, layout);
+  const ember::HugePageBuffer pool(static_cast<size_t>(n_experts * bytes), /*prefault=*/true);
+  std::vector<cpu::WeightMatrix> experts;
+  {
+    const auto row = random_floats(K, 1);  // contents do not matter for speed
+    for (int64_t e = 0; e < n_experts; ++e) {
+      uint8_t* w = pool.data() + e * bytes;
+      for (int64_t n = 0; n < N; ++n) convert_row(row.data(), dtype, w + n * row_bytes, K);
+      experts.push_back(cpu::interleave_rows(cpu::WeightMatrix{dtype, w, N, K, row_bytes}, w));
+    }
+  }
+  const auto x = random_floats(T * K, 2);
+  std::vector<float> y(static_cast<size_t>(T * N));
+  for (auto _ : state) {
+    for (const cpu::WeightMatrix& w : experts) {
+      cpu::matmul(x.data(), T, w, y.data(), N, 0, N);
+      benchmark::DoNotOptimize(y.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["bytes/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * n_experts * bytes), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(ember::dtype_name(dtype)) + " " + cpu::isa_name(cpu::active_isa()));
+}
+BENCHMARK(BM_MatmulExperts)
+    ->ArgNames({"dtype", "T"})
+    ->ArgsProduct({{static_cast<int64_t>(DType::Q8_0), static_cast<int64_t>(DType::Q4_0)},
+                   {1, 2, 4, 8}})
+    ->Unit(benchmark::kMillisecond);
+
 // The prefill shapes on the AMX set (run with EMBER_ISA=avx512 to compare): bf16 in the AmxTiles
 // layout the loader makes there, q8_0 / q4_0 in Interleaved8 (widened to bf16 tiles per block).
 // args: dtype, K, N, T.
@@ -321,21 +360,42 @@ BENCHMARK(BM_AttentionGroups)
 void BM_AttentionBatch(benchmark::State& state) {
   const int64_t ctx = state.range(0), n_heads = 9, n_kv = 3, hd = 64, bs = 16;
   const int64_t n_seqs = 32, n_layers = state.range(3);
-  const DType dtype = kKvDtypes[state.range(1)];
+  const bool channel = state.range(1) == kKvChannel;
+  const DType dtype = channel ? DType::Q4_0 : kKvDtypes[state.range(1)];
   const bool hint = state.range(2) != 0;
   const int64_t seq_blocks = (ctx + bs - 1) / bs, n_blocks = n_seqs * seq_blocks;
   const int64_t layer_rows = n_blocks * bs * n_kv;
   cpu::PagedKv kv = paged_kv(dtype, bs, n_kv, hd);
-  const int64_t layer_bytes = layer_rows * kv.k_row_bytes;
+  // Per-channel K (kv argument 5): sealed regions, k_row_bytes apart per row; a query reads its own
+  // block's exact f16 rows, here those of the first block's for every block (contents do not
+  // matter for speed).
+  ChannelK ck;
+  if (channel) {
+    ck = channel_k(1, n_kv, hd, bs, 3);
+    ck.exact_of_block.assign(static_cast<size_t>(n_blocks), ck.exact.data());
+    kv.k_channel = true;
+    kv.k_row_bytes = ember::kv_channel_row_bytes(hd, bs);
+    kv.k_exact = ck.exact_of_block.data();
+  }
+  const int64_t k_layer_bytes = layer_rows * kv.k_row_bytes,
+                v_layer_bytes = layer_rows * kv.v_row_bytes;
   // In huge pages, as the engine's pool (host_kv_storage.h): a block per 4 KiB page would add a
   // TLB miss to every block read.
-  const auto pool_bytes = static_cast<size_t>(n_layers * layer_bytes);
-  const ember::HugePageBuffer k(pool_bytes, /*prefault=*/true), v(pool_bytes, /*prefault=*/true);
+  const ember::HugePageBuffer k(static_cast<size_t>(n_layers * k_layer_bytes), /*prefault=*/true),
+      v(static_cast<size_t>(n_layers * v_layer_bytes), /*prefault=*/true);
   {
     const auto rows = kv_rows(layer_rows, hd, dtype, 3);
     for (int64_t l = 0; l < n_layers; ++l) {
-      std::memcpy(k.data() + l * layer_bytes, rows.data(), rows.size());
-      std::memcpy(v.data() + l * layer_bytes, rows.data(), rows.size());
+      std::memcpy(v.data() + l * v_layer_bytes, rows.data(), rows.size());
+      if (!channel) {
+        std::memcpy(k.data() + l * k_layer_bytes, rows.data(), rows.size());
+        continue;
+      }
+      const int64_t region = bs * kv.k_row_bytes;  // one block of one kv head
+      for (int64_t r = 0; r < n_blocks * n_kv; ++r) {
+        std::memcpy(k.data() + l * k_layer_bytes + r * region,
+                    ck.regions.data() + (r % n_kv) * region, static_cast<size_t>(region));
+      }
     }
   }
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
@@ -345,8 +405,8 @@ void BM_AttentionBatch(benchmark::State& state) {
   std::vector<float> out(static_cast<size_t>(n_seqs * n_heads * hd));
   for (auto _ : state) {
     for (int64_t l = 0; l < n_layers; ++l) {
-      kv.k_pool = k.data() + l * layer_bytes;
-      kv.v_pool = v.data() + l * layer_bytes;
+      kv.k_pool = k.data() + l * k_layer_bytes;
+      kv.v_pool = v.data() + l * v_layer_bytes;
       for (int64_t s = 0; s < n_seqs; ++s) {
         if (hint && s + 1 < n_seqs) {
           cpu::prefetch_kv_context(kv, table.data() + (s + 1) * seq_blocks, ctx, 0);
@@ -359,10 +419,11 @@ void BM_AttentionBatch(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["bytes/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * n_layers * n_seqs * ctx *
-                             n_kv * kv.k_row_bytes,
+      benchmark::Counter(static_cast<double>(state.iterations()) * n_layers * n_seqs * ctx * n_kv *
+                             (kv.k_row_bytes + kv.v_row_bytes),
                          benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " " + dtype_name(dtype));
+  state.SetLabel(std::string(cpu::isa_name(cpu::active_isa())) + " " + dtype_name(dtype) +
+                 (channel ? " K per channel" : ""));
 }
 BENCHMARK(BM_AttentionBatch)
     ->ArgNames({"ctx", "kv", "hint", "layers"})
@@ -378,6 +439,7 @@ BENCHMARK(BM_AttentionBatch)
     ->Args({8192, 1, 1, 2})
     ->Args({8192, 2, 1, 2})
     ->Args({8192, 3, 1, 2})
+    ->Args({8192, 5, 1, 2})  // q4_0 with K per channel, the q4_0 default
     ->Unit(benchmark::kMillisecond);
 
 // The elementwise kernels of one layer at T = 64 tokens.
