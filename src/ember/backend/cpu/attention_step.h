@@ -40,6 +40,14 @@ inline void apply_step_rule(float* s, int64_t n, const StepRule& rule) {
   }
 }
 
+// Which part of a step a call runs. Whole: all of it. Softmax: the scores and the online-softmax
+// update of m, l and acc (scores then hold the step's weights); Pv: acc += P V from those weights.
+// A query tile whose K and V are widened into scratch rows runs Softmax for all its tokens, then
+// Pv for all of them, so that K's rows and then V's stay in L1 through the tokens instead of
+// evicting each other (a 128-key step of f16 K and V is 64 KiB of f32 rows). Each token's
+// operations and their order are the same either way: the same bits.
+enum class StepPhase { Whole, Softmax, Pv };
+
 namespace avx2 {
 struct Bf16;  // avx2_kv_rows.h
 }  // namespace avx2
@@ -68,7 +76,7 @@ EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem*
                              const VElem* const* vb, int64_t bs, int64_t n, int64_t k_stride,
                              int64_t v_stride, int64_t hd, int64_t hd_pad, float scale,
                              const StepRule& rule, int64_t step_pad, float* scores, float* acc,
-                             float* m, float* l);
+                             float* m, float* l, StepPhase phase = StepPhase::Whole);
 
 }  // namespace avx512
 }  // namespace ember::cpu

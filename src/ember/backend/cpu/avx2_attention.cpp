@@ -32,6 +32,7 @@
 #include "ember/backend/cpu/attention_step.h"
 #include "ember/backend/cpu/avx2_attention_group.h"
 #include "ember/backend/cpu/avx2_attention_head.h"
+#include "ember/backend/cpu/avx2_attention_step.h"
 #include "ember/backend/cpu/avx2_channel_scores.h"
 #include "ember/backend/cpu/avx2_kv_rows.h"
 #include "ember/backend/cpu/avx2_q8_scores.h"
@@ -46,9 +47,10 @@ namespace {
 
 // Per-thread scratch that only grows: the hot path does not allocate after the first call.
 struct AttentionScratch {
-  std::vector<float> acc;     // [rows, hd_pad]: the segment's
-  std::vector<float> scores;  // [group, step_pad]
-  std::vector<float> m, l;    // [rows]
+  std::vector<float> acc;          // [rows, hd_pad]: the segment's
+  std::vector<float> scores;       // [group, step_pad]
+  std::vector<float> tile_scores;  // [tokens, group, step_pad]: a two-phase tile's (StepPhase)
+  std::vector<float> m, l;         // [rows]
   // The segments folded so far (fold_attention_state): [rows, hd_pad], [rows], [rows].
   std::vector<float> total_acc, total_m, total_l;
   AlignedVector<float> k, v;  // a step's narrow blocks widened: [step_keys, hd_pad]
@@ -118,77 +120,6 @@ PoolRead pool_read(const PagedKv& kv, int group_kernel, int64_t nt) {
   }
 }
 
-// One softmax step of one token for the `group` query heads of a kv head (qg: their queries, hd
-// apart): scores, the online-softmax update of m, l and acc [group, hd_pad], then acc += P V. The
-// step's blocks: kb[b] / vb[b], rows k_stride / v_stride apart. G > 0: the grouped kernels
-// (group == G, hd % 8 == 0), q8_0 K (BlockQ8_0) scored in integers against qq (the heads' queries
-// rounded to q8_0); G == 0: head by head (any group and hd; f32 rows).
-template <int G, typename KElem, typename VElem>
-EMBER_AVX2_INLINE void token_step(const float* qg, const BlockQ8Act* qq, const KElem* const* kb,
-                                  const VElem* const* vb, int64_t group, int64_t bs, int64_t n,
-                                  int64_t k_stride, int64_t v_stride, int64_t hd, int64_t hd_pad,
-                                  __m256i hd_mask, float scale, const StepRule& rule,
-                                  int64_t step_pad, float* scores, float* acc, float* m, float* l) {
-  if constexpr (G > 0 && std::is_same_v<KElem, BlockQ8_0>) {
-    q8_step_scores<G>(qq, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
-  } else if constexpr (G > 0 && std::is_same_v<KElem, ChannelKRegion>) {
-    channel_step_scores<G>(qg, reinterpret_cast<const uint8_t* const*>(kb), bs, n, k_stride, hd,
-                           scale, step_pad, scores, step_pad);
-  } else if constexpr (G > 0) {
-    group_step_scores<G>(qg, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
-  } else {
-    static_assert(std::is_same_v<KElem, float> && std::is_same_v<VElem, float>,
-                  "the per-head path reads f32 rows");
-    for (int64_t j = 0; j < group; ++j) {
-      step_scores(qg + j * hd, kb, bs, n, k_stride, hd, hd_mask, scale, step_pad,
-                  scores + j * step_pad);
-    }
-  }
-  if (rule.active()) {
-    for (int64_t j = 0; j < group; ++j) apply_step_rule(scores + j * step_pad, n, rule);
-  }
-  for (int64_t j = 0; j < group; ++j) {
-    float* s = scores + j * step_pad;
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
-    for (int64_t i = 0; i < step_pad; i += 8) {
-      vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
-    }
-    const float m_new = std::max(m[j], hmax(vmax));
-    const __m256 mv = _mm256_set1_ps(m_new);
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t i = 0; i < step_pad; i += 8) {
-      const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
-      _mm256_storeu_ps(s + i, e);
-      sum = _mm256_add_ps(sum, e);
-    }
-    // c = exp(m - m'): 0 on the first step (m = -inf), 1 when the max did not grow.
-    const float c = _mm256_cvtss_f32(exp(_mm256_set1_ps(m[j] - m_new)));
-    l[j] = l[j] * c + hsum(sum);
-    m[j] = m_new;
-    float* a = acc + j * hd_pad;
-    const __m256 cv = _mm256_set1_ps(c);
-    for (int64_t d = 0; d < hd_pad; d += 8) {
-      _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
-    }
-  }
-  // acc[j] += sum_i p[j][i] * v_i, block by block, acc[j] in registers across each block.
-  if constexpr (G > 0 && (std::is_same_v<VElem, BlockQ8_0> || std::is_same_v<VElem, BlockQ4_0>)) {
-    group_pv_q8<G>(acc, hd_pad, scores, step_pad, vb, bs, n, v_stride, hd);  // kv_pv_q8.h
-  } else if constexpr (G > 0) {
-    for (int64_t b = 0; b * bs < n; ++b) {
-      group_pv<G>(acc, hd_pad, scores + b * bs, step_pad, vb[b], v_stride, std::min(bs, n - b * bs),
-                  hd);
-    }
-  } else {
-    for (int64_t j = 0; j < group; ++j) {
-      for (int64_t b = 0; b * bs < n; ++b) {
-        accumulate_pv_any(acc + j * hd_pad, scores + j * step_pad + b * bs, vb[b], v_stride,
-                          std::min(bs, n - b * bs), hd, hd_mask);
-      }
-    }
-  }
-}
-
 }  // namespace
 
 // nt query tokens of one sequence: token u's heads at q + u * q_stride, its output at
@@ -224,6 +155,9 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
   }
   if (static_cast<int64_t>(scratch.scores.size()) < group * step_pad) {
     scratch.scores.resize(static_cast<size_t>(group * step_pad));
+  }
+  if (nt > 1 && static_cast<int64_t>(scratch.tile_scores.size()) < nt * group * step_pad) {
+    scratch.tile_scores.resize(static_cast<size_t>(nt * group * step_pad));
   }
   if (static_cast<int64_t>(scratch.m.size()) < all_rows) {
     scratch.m.resize(static_cast<size_t>(all_rows));
@@ -309,6 +243,11 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
     // f16 rows (hd apart) instead of its region.
     const int64_t own_block = (ctx_last - 1) / bs;
     const int64_t exact_stride = p0 / bs + n_blocks - 1 == own_block ? hd : 0;
+    // A tile over K and V rows both widened into the scratch: every token's scores and softmax,
+    // then V's rows widened where K's were and every token's P V (StepPhase), each token's weights
+    // kept apart in between: 32 KiB of f32 rows at a time for a 128-key step of SmolLM2, not 64.
+    const bool two_phase =
+        G > 0 && nt > 1 && read == PoolRead::Widened && !int8_keys && !int8_values && !q4_values;
     for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
       const int64_t head_row0 = (g - kv_head_begin) * rows;  // g's first row in the states
       for (int64_t b = 0; b < n_blocks; ++b) {
@@ -336,7 +275,7 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
           blocks.kb[b] = reinterpret_cast<const uint8_t*>(kv.k_exact_rows(block_of(pb / bs), g));
         }
         if ((read == PoolRead::Widened || read == PoolRead::ChannelK) && !int8_values &&
-            !q4_values) {
+            !q4_values && !two_phase) {
           float* vd = scratch.v.data() + b * bs * hd_pad;
           widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes, n_rows, hd, hd_pad, vd);
           blocks.v[b] = vd;
@@ -345,105 +284,123 @@ EMBER_AVX2 void attention_tokens_group(const float* q, int64_t nt, int64_t q_str
           blocks.v[b] = reinterpret_cast<const float*>(blocks.vb[b]);
         }
       }
-      for (int64_t u = 0; u < nt; ++u) {
-        const int64_t ctx_len = ctx0 + u;
-        const StepRule rule{p0, rules.first_key(ctx_len), rules.softcap};
-        if (p0 >= ctx_len || p0 + step_keys <= rule.first) continue;
-        const int64_t n = std::min(step_keys, ctx_len - p0);
-        const float* qg = q + u * q_stride + g * group * hd;  // the group's heads are consecutive
-        const int64_t q8_row = u * q8_heads + (g - kv_head_begin) * group;
-        const BlockQ8Act* qq = int8_keys ? scratch.q8.data() + q8_row * q8_groups : nullptr;
-        const auto qq_head = [&](int64_t h) { return qq != nullptr ? qq + h * q8_groups : qq; };
-        float* acc = scratch.acc.data() + (head_row0 + u * group) * hd_pad;
-        float* m = scratch.m.data() + head_row0 + u * group;
-        float* l = scratch.l.data() + head_row0 + u * group;
-        // The step on this ISA's kernels (the same bits either way: attention_step.h), the
-        // group's heads G at a time (a GQA group of 8 as two passes of 4: each head's operations
-        // are its own, so the split changes no bit).
-        const auto step = [&](const auto* const* kb, const auto* const* vb, int64_t k_stride,
-                              int64_t v_stride) EMBER_AVX2_LAMBDA {
-          if constexpr (G > 0) {
-            for (int64_t h = 0; h < group; h += G) {
-              if constexpr (kAvx512Steps) {
-                avx512::token_step<G>(qg + h * hd, qq_head(h), kb, vb, bs, n, k_stride, v_stride,
-                                      hd, hd_pad, scale, rule, step_pad, scores, acc + h * hd_pad,
-                                      m + h, l + h);
-              } else {
-                token_step<G>(qg + h * hd, qq_head(h), kb, vb, G, bs, n, k_stride, v_stride, hd,
-                              hd_pad, hd_mask, scale, rule, step_pad, scores, acc + h * hd_pad,
-                              m + h, l + h);
-              }
-            }
-          } else {
-            token_step<G>(qg, qq, kb, vb, group, bs, n, k_stride, v_stride, hd, hd_pad, hd_mask,
-                          scale, rule, step_pad, scores, acc, m, l);
-          }
-        };
-        const auto narrow_step = [&](auto elem) EMBER_AVX2_LAMBDA {
-          using Elem = decltype(elem);
-          const Elem* kb[StepBlocks::kMax];
-          const Elem* vb[StepBlocks::kMax];
+      for (int64_t pass = 0; pass < (two_phase ? 2 : 1); ++pass) {
+        if (pass == 1) {  // V's rows widened where K's were: the scores are done with them
           for (int64_t b = 0; b < n_blocks; ++b) {
-            kb[b] = reinterpret_cast<const Elem*>(blocks.kb[b]);
-            vb[b] = reinterpret_cast<const Elem*>(blocks.vb[b]);
+            float* vd = scratch.k.data() + b * bs * hd_pad;
+            widen_kv_rows(blocks.vb[b], kv.v_dtype, kv.v_row_bytes,
+                          std::min(bs, ctx_last - p0 - b * bs), hd, hd_pad, vd);
+            blocks.v[b] = vd;
           }
-          const int64_t stride = kv.k_row_bytes / static_cast<int64_t>(sizeof(Elem));
-          step(kb, vb, stride, stride);
-        };
-        if constexpr (G > 0) {
-          switch (read) {
-            case PoolRead::F16:
-              narrow_step(uint16_t{});
-              continue;
-            case PoolRead::Bf16:
-              narrow_step(Bf16{});
-              continue;
-            case PoolRead::Q8:
-              narrow_step(BlockQ8_0{});
-              continue;
-            case PoolRead::Q4:
-              narrow_step(BlockQ4_0{});
-              continue;
-            default:
-              break;
-          }
-          // K's rows as the step reads them, then V's: q4_0 as it is, q8_0 as it is beside q8_0
-          // K, else the f32 rows (in the pool or widened into the scratch).
-          const auto with_v = [&](const auto* const* kb, int64_t k_stride) EMBER_AVX2_LAMBDA {
-            if (q4_values) {
-              const BlockQ4_0* vb[StepBlocks::kMax];
-              for (int64_t b = 0; b < n_blocks; ++b) {
-                vb[b] = reinterpret_cast<const BlockQ4_0*>(blocks.vb[b]);
+        }
+        for (int64_t u = 0; u < nt; ++u) {
+          const StepPhase phase = !two_phase  ? StepPhase::Whole
+                                  : pass == 0 ? StepPhase::Softmax
+                                              : StepPhase::Pv;
+          float* step_scores_at =
+              two_phase ? scratch.tile_scores.data() + u * group * step_pad : scores;
+          const int64_t ctx_len = ctx0 + u;
+          const StepRule rule{p0, rules.first_key(ctx_len), rules.softcap};
+          if (p0 >= ctx_len || p0 + step_keys <= rule.first) continue;
+          const int64_t n = std::min(step_keys, ctx_len - p0);
+          const float* qg = q + u * q_stride + g * group * hd;  // the group's heads are consecutive
+          const int64_t q8_row = u * q8_heads + (g - kv_head_begin) * group;
+          const BlockQ8Act* qq = int8_keys ? scratch.q8.data() + q8_row * q8_groups : nullptr;
+          const auto qq_head = [&](int64_t h) { return qq != nullptr ? qq + h * q8_groups : qq; };
+          float* acc = scratch.acc.data() + (head_row0 + u * group) * hd_pad;
+          float* m = scratch.m.data() + head_row0 + u * group;
+          float* l = scratch.l.data() + head_row0 + u * group;
+          // The step on this ISA's kernels (the same bits either way: attention_step.h), the
+          // group's heads G at a time (a GQA group of 8 as two passes of 4: each head's operations
+          // are its own, so the split changes no bit).
+          const auto step = [&](const auto* const* kb, const auto* const* vb, int64_t k_stride,
+                                int64_t v_stride) EMBER_AVX2_LAMBDA {
+            if constexpr (G > 0) {
+              for (int64_t h = 0; h < group; h += G) {
+                // The G heads' scores: [G, step_pad] at h (two_phase: each token's own [group,
+                // step_pad]).
+                float* sc = step_scores_at + (two_phase ? h * step_pad : 0);
+                if constexpr (kAvx512Steps) {
+                  avx512::token_step<G>(qg + h * hd, qq_head(h), kb, vb, bs, n, k_stride, v_stride,
+                                        hd, hd_pad, scale, rule, step_pad, sc, acc + h * hd_pad,
+                                        m + h, l + h, phase);
+                } else {
+                  token_step<G>(qg + h * hd, qq_head(h), kb, vb, G, bs, n, k_stride, v_stride, hd,
+                                hd_pad, hd_mask, scale, rule, step_pad, sc, acc + h * hd_pad, m + h,
+                                l + h, phase);
+                }
               }
-              step(kb, vb, k_stride, kv.v_row_bytes / static_cast<int64_t>(sizeof(BlockQ4_0)));
             } else {
-              step(kb, blocks.v, k_stride, read == PoolRead::ChannelK ? hd_pad : row_stride);
+              token_step<G>(qg, qq, kb, vb, group, bs, n, k_stride, v_stride, hd, hd_pad, hd_mask,
+                            scale, rule, step_pad, scores, acc, m, l);
             }
           };
-          if (read == PoolRead::ChannelK) {
-            const ChannelKRegion* kb[StepBlocks::kMax];
+          const auto narrow_step = [&](auto elem) EMBER_AVX2_LAMBDA {
+            using Elem = decltype(elem);
+            const Elem* kb[StepBlocks::kMax];
+            const Elem* vb[StepBlocks::kMax];
             for (int64_t b = 0; b < n_blocks; ++b) {
-              kb[b] = reinterpret_cast<const ChannelKRegion*>(blocks.kb[b]);
+              kb[b] = reinterpret_cast<const Elem*>(blocks.kb[b]);
+              vb[b] = reinterpret_cast<const Elem*>(blocks.vb[b]);
             }
-            with_v(kb, exact_stride);
-            continue;
-          }
-          if (int8_keys) {  // K read in place
-            if (int8_values) {
-              narrow_step(BlockQ8_0{});
+            const int64_t stride = kv.k_row_bytes / static_cast<int64_t>(sizeof(Elem));
+            step(kb, vb, stride, stride);
+          };
+          if constexpr (G > 0) {
+            switch (read) {
+              case PoolRead::F16:
+                narrow_step(uint16_t{});
+                continue;
+              case PoolRead::Bf16:
+                narrow_step(Bf16{});
+                continue;
+              case PoolRead::Q8:
+                narrow_step(BlockQ8_0{});
+                continue;
+              case PoolRead::Q4:
+                narrow_step(BlockQ4_0{});
+                continue;
+              default:
+                break;
+            }
+            // K's rows as the step reads them, then V's: q4_0 as it is, q8_0 as it is beside q8_0
+            // K, else the f32 rows (in the pool or widened into the scratch).
+            const auto with_v = [&](const auto* const* kb, int64_t k_stride) EMBER_AVX2_LAMBDA {
+              if (q4_values) {
+                const BlockQ4_0* vb[StepBlocks::kMax];
+                for (int64_t b = 0; b < n_blocks; ++b) {
+                  vb[b] = reinterpret_cast<const BlockQ4_0*>(blocks.vb[b]);
+                }
+                step(kb, vb, k_stride, kv.v_row_bytes / static_cast<int64_t>(sizeof(BlockQ4_0)));
+              } else {
+                step(kb, blocks.v, k_stride, read == PoolRead::ChannelK ? hd_pad : row_stride);
+              }
+            };
+            if (read == PoolRead::ChannelK) {
+              const ChannelKRegion* kb[StepBlocks::kMax];
+              for (int64_t b = 0; b < n_blocks; ++b) {
+                kb[b] = reinterpret_cast<const ChannelKRegion*>(blocks.kb[b]);
+              }
+              with_v(kb, exact_stride);
               continue;
             }
-            const BlockQ8_0* kb[StepBlocks::kMax];
-            for (int64_t b = 0; b < n_blocks; ++b) {
-              kb[b] = reinterpret_cast<const BlockQ8_0*>(blocks.kb[b]);
+            if (int8_keys) {  // K read in place
+              if (int8_values) {
+                narrow_step(BlockQ8_0{});
+                continue;
+              }
+              const BlockQ8_0* kb[StepBlocks::kMax];
+              for (int64_t b = 0; b < n_blocks; ++b) {
+                kb[b] = reinterpret_cast<const BlockQ8_0*>(blocks.kb[b]);
+              }
+              with_v(kb, kv.k_row_bytes / static_cast<int64_t>(sizeof(BlockQ8_0)));
+              continue;
             }
-            with_v(kb, kv.k_row_bytes / static_cast<int64_t>(sizeof(BlockQ8_0)));
+            with_v(blocks.k, row_stride);
             continue;
           }
-          with_v(blocks.k, row_stride);
-          continue;
+          step(blocks.k, blocks.v, row_stride, row_stride);
         }
-        step(blocks.k, blocks.v, row_stride, row_stride);
       }
     }
   }

@@ -380,14 +380,13 @@ EMBER_AVX512_INLINE void group_pv(float* acc, int64_t acc_stride, const float* p
   }
 }
 
-}  // namespace
-
-template <int G, typename KElem, typename VElem>
-EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem* const* kb,
-                             const VElem* const* vb, int64_t bs, int64_t n, int64_t k_stride,
-                             int64_t v_stride, int64_t hd, int64_t hd_pad, float scale,
-                             const StepRule& rule, int64_t step_pad, float* scores, float* acc,
-                             float* m, float* l) {
+// A step's scores and the online-softmax update of its G heads (token_step's first part).
+template <int G, typename KElem>
+EMBER_AVX512_INLINE void step_softmax(const float* qg, const BlockQ8Act* qq, const KElem* const* kb,
+                                      int64_t bs, int64_t n, int64_t k_stride, int64_t hd,
+                                      int64_t hd_pad, float scale, const StepRule& rule,
+                                      int64_t step_pad, float* scores, float* acc, float* m,
+                                      float* l) {
   if constexpr (std::is_same_v<KElem, BlockQ8_0>) {
     q8_step_scores<G>(qq, kb, bs, n, k_stride, hd, scale, step_pad, scores, step_pad);
   } else if constexpr (std::is_same_v<KElem, ChannelKRegion>) {
@@ -402,6 +401,21 @@ EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem*
   for (int64_t j = 0; j < G; ++j) {
     softmax_update(scores + j * step_pad, step_pad, m + j, l + j, acc + j * hd_pad, hd_pad);
   }
+}
+
+}  // namespace
+
+template <int G, typename KElem, typename VElem>
+EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem* const* kb,
+                             const VElem* const* vb, int64_t bs, int64_t n, int64_t k_stride,
+                             int64_t v_stride, int64_t hd, int64_t hd_pad, float scale,
+                             const StepRule& rule, int64_t step_pad, float* scores, float* acc,
+                             float* m, float* l, StepPhase phase) {
+  if (phase != StepPhase::Pv) {
+    step_softmax<G>(qg, qq, kb, bs, n, k_stride, hd, hd_pad, scale, rule, step_pad, scores, acc, m,
+                    l);
+  }
+  if (phase == StepPhase::Softmax) return;
   if constexpr (std::is_same_v<VElem, BlockQ8_0> || std::is_same_v<VElem, BlockQ4_0>) {
     group_pv_q8<G>(acc, hd_pad, scores, step_pad, vb, bs, n, v_stride, hd);
   } else {
@@ -416,7 +430,7 @@ EMBER_AVX512 void token_step(const float* qg, const BlockQ8Act* qq, const KElem*
   template void token_step<G, K, V>(const float*, const BlockQ8Act*, const K* const*,             \
                                     const V* const*, int64_t, int64_t, int64_t, int64_t, int64_t, \
                                     int64_t, float, const StepRule&, int64_t, float*, float*,     \
-                                    float*, float*);
+                                    float*, float*, StepPhase);
 #define EMBER_TOKEN_STEPS(K, V) \
   EMBER_TOKEN_STEP(1, K, V)     \
   EMBER_TOKEN_STEP(2, K, V)     \
