@@ -159,7 +159,9 @@ TEST(CliRun, BenchProbeSetsDecodeAgainstTheReadBandwidth) {
   EXPECT_NE(bad.err.find("--probe-mb must be >= 1"), std::string::npos) << bad.err;
 }
 
-// bench --block-size sets the KV pool's tokens per block, as serve's does; 0 is refused.
+// bench --block-size sets the KV pool's tokens per block, as serve's does; a negative one is
+// refused. Without it a per-channel q4_0 K cache gets 64-token blocks, every other cache 16
+// (default_kv_block_size).
 TEST(CliRun, BenchTakesTheKvBlockSize) {
   auto model = test::fixture("models/stories260K/stories260K.gguf");
   EMBER_REQUIRE_FIXTURE(model);
@@ -170,9 +172,20 @@ TEST(CliRun, BenchTakesTheKvBlockSize) {
   const auto j = nlohmann::json::parse(bench.out);
   EXPECT_EQ(j["block_size"], 7);
   EXPECT_GT(j["tg"]["tok_per_s"].get<double>(), 0.0);
-  auto bad = test::run_ember("bench " + m + " -p 0 -n 4 -r 1 --block-size 0");
+  auto bad = test::run_ember("bench " + m + " -p 0 -n 4 -r 1 --block-size -1");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("--block-size must be >= 1"), std::string::npos) << bad.err;
+  for (const auto& [kv, expected] :
+       {std::pair<std::string, int>{"f16", 16}, {"q8_0", 16}, {"q4_0", 64}}) {
+    auto plain = test::run_ember("bench " + m + " -p 0 -n 2 -r 1 -t 1 --decode-context 8 " +
+                                 "--kv-dtype " + kv + " --json");
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    EXPECT_EQ(nlohmann::json::parse(plain.out)["block_size"], expected) << kv;
+  }
+  auto token_groups = test::run_ember("bench " + m + " -p 0 -n 2 -r 1 -t 1 --decode-context 8 " +
+                                      "--kv-dtype q4_0 --kv-k-scales token --json");
+  ASSERT_EQ(token_groups.exit_code, 0) << token_groups.err;
+  EXPECT_EQ(nlohmann::json::parse(token_groups.out)["block_size"], 16);
 }
 
 // bench --probe with a prompt measures each kernel family's compute peak and times prefill's

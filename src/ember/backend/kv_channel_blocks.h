@@ -29,6 +29,11 @@
 
 namespace ember {
 
+// Tokens per KV block where none is asked for (the commands' --block-size default): a
+// per-channel block pays its query fold once per block, so longer blocks cost less per key
+// (engine/model_runner.h: default_kv_block_size).
+inline constexpr int64_t kChannelKBlockTokens = 64;
+
 // Average bytes of one row (the region is block_size times this): head_dim / 2 codes plus the
 // block's 4 * head_dim bytes of scales and minimums spread over its rows, rounded up to even.
 int64_t kv_channel_row_bytes(int64_t head_dim, int64_t block_size);

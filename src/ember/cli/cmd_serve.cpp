@@ -33,8 +33,8 @@ struct ServeOptions {
   int64_t max_seqs = 32;
   int64_t max_batched_tokens = 512;
   int64_t kv_blocks = 0;
-  std::string mem;  // --mem: weights + KV budget
-  int64_t block_size = 16;
+  std::string mem;         // --mem: weights + KV budget
+  int64_t block_size = 0;  // 0: default_kv_block_size (64 for a per-channel q4_0 K cache, else 16)
   bool no_prefix_cache = false;
   int64_t max_waiting = 128;
   std::string chat_template;
@@ -161,7 +161,7 @@ int64_t kv_pool_blocks(const ServeOptions& o, const LoadedModel& model, const En
   }
   const int64_t model_max = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
   const int64_t context = eo.max_context > 0 ? eo.max_context : std::min<int64_t>(model_max, 4096);
-  const int64_t wanted = (context + o.block_size - 1) / o.block_size * o.max_seqs;
+  const int64_t wanted = (context + eo.block_size - 1) / eo.block_size * o.max_seqs;
   // MemAvailable counts the page cache the mapped weights sit in, so the cap is half of it for
   // the cache alone (a model larger than that still gets a pool).
   const int64_t available = available_memory();
@@ -256,7 +256,7 @@ void check_parallel_serve(const ServeOptions& o) {
 int serve_command(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) throw Error("--port must be between 0 and 65535");
   if (o.max_seqs < 1) throw Error("--max-seqs must be at least 1");
-  if (o.block_size < 1) throw Error("--block-size must be at least 1");
+  if (o.block_size < 0) throw Error("--block-size must be at least 1 (0: the default)");
   if (o.max_waiting < 0) throw Error("--max-waiting must not be negative");
   const std::string api_key = resolve_api_key(o);  // a bad key file fails before the model loads
   const server::ConnectionLimits connections = connection_limits(o);  // so do bad limits
@@ -289,7 +289,7 @@ int serve_command(const ServeOptions& o) {
   const std::unique_ptr<LoadedModel> draft = o.model.load_draft(model);
   so.engine = o.model.engine_options(draft.get());
   so.engine.engine.max_sequences = o.max_seqs;
-  so.engine.engine.block_size = o.block_size;
+  if (o.block_size > 0) so.engine.engine.block_size = o.block_size;
   so.engine.engine.prefix_caching = !o.no_prefix_cache;
   so.engine.engine.kv_tiers = o.offload.parsed();
   so.engine.scheduler.max_sequences = o.max_seqs;
@@ -409,7 +409,9 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--mem", o->mem,
                   "Memory for weights + KV cache (e.g. 8GiB): the KV pool gets what the weights "
                   "leave");
-  cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
+  cmd->add_option("--block-size", o->block_size,
+                  "Tokens per KV block (default 64 for a per-channel q4_0 K cache, whose per-block "
+                  "work is less per token in longer blocks; 16 otherwise)");
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix caching");
   o->offload.add_to(*cmd);
   cmd->add_option("--max-waiting", o->max_waiting, "Queued requests before answering 503")

@@ -89,7 +89,8 @@ void add_run_options(CLI::App& app, ModelOptions& o) {
                "q4_0/q8_0 K caches");
   app.add_option("--kv-k-scales", o.kv_k_scales,
                  "How a q4_0 K cache is scaled: channel (a scale and minimum per channel and "
-                 "16-token block, sealed when the block is full and exact until then; KIVI), "
+                 "KV block, 64 tokens by default, sealed when the block is full and exact until "
+                 "then; KIVI), "
                  "token (q4_0's groups of 32 along each token's head_dim) or auto (channel for a "
                  "q4_0 K cache)")
       ->check(CLI::IsMember({"auto", "channel", "token"}))
@@ -250,6 +251,8 @@ LLMEngineOptions ModelOptions::engine_options(const LoadedModel* draft_model) co
                                dtype_name(o.engine.kv_dtype));
     }
   }
+  // serve and bench take --block-size over this.
+  o.engine.block_size = default_kv_block_size(o.engine);
   o.speculative.lookup_ngram = lookup;
   o.speculative.draft_max = draft_max;
   if ((!draft.empty() || !draft_dtype.empty()) && draft_model == nullptr) {

@@ -71,6 +71,10 @@ std::vector<bool> windowed_layers(const ModelConfig& c) {
 
 }  // namespace
 
+int64_t default_kv_block_size(const EngineOptions& options) {
+  return options.k_channel_scales() ? kChannelKBlockTokens : 16;
+}
+
 KvPoolCosts kv_pool_costs(const ModelWeights& weights, const EngineOptions& options) {
   KvShape shape = make_kv_shape(weights, options, 1);
   KvPoolCosts costs;

@@ -38,6 +38,7 @@ CapacityPlanInput capacity_input(const ModelConfig& c, int64_t ctx, int64_t batc
   in.ctx = ctx;
   in.batch = batch;
   in.kv_dtype = kv_dtype;
+  if (kv_dtype == DType::Q4_0) in.block_size = kChannelKBlockTokens;  // the commands' default
   if (c.sliding_window > 0 && c.sliding_window_pattern <= 1) in.sliding_window = c.sliding_window;
   if (c.sliding_window > 0 && c.sliding_window_pattern > 1) {
     for (int64_t l = 0; l < c.n_layers; ++l) in.window_layers += c.layer_window(l) > 0 ? 1 : 0;

@@ -29,6 +29,7 @@ struct CapacityPlanInput {
   std::optional<DType> kv_dtype_v;  // V's dtype when it differs from K's
   // A q4_0 K cache stored per channel in blocks of block_size tokens (the engine's default;
   // backend/kv_channel_blocks.h): 4-bit codes plus a scale and minimum per channel and block.
+  // capacity_input gives a q4_0 cache the commands' default block (kChannelKBlockTokens).
   bool k_channel_scales = true;
   int64_t block_size = 16;
   int64_t sliding_window = 0;  // > 0: every layer holds at most this many positions
