@@ -373,6 +373,8 @@ TEST(CliRun, DraftModelsKeepTheGreedyTextAndBadDraftsAreRefused) {
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   EXPECT_NE(bench.out.find("\"proposer\": \"draft\""), std::string::npos) << bench.out;
   EXPECT_NE(bench.out.find("\"cost_ratio\""), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("\"theoretical_speedup_per_step\""), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("\"steps_by_guesses\""), std::string::npos) << bench.out;
 
   auto vocab = test::run_ember(run + " --draft " + test::shell_quote(other.string()));
   EXPECT_EQ(vocab.exit_code, 1);

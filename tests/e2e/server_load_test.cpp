@@ -151,6 +151,7 @@ void expect_speculative_serve_keeps_greedy_outputs(const std::string& proposer) 
   EXPECT_GT(m["ember_spec_draft_tokens_total"], 0);
   EXPECT_GT(m["ember_spec_accepted_tokens_total"], 0);
   EXPECT_GT(m["ember_spec_mean_accepted_length"], 1.0);
+  EXPECT_EQ(m.count("ember_spec_steps_without_guesses_total"), 1u);
 }
 
 TEST(ServerLoad, SpeculativeLookupUnderLoadKeepsGreedyOutputs) {

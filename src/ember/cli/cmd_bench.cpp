@@ -347,11 +347,18 @@ double speculative_cost_ratio(const BenchRun& run) {
          summarize(run.tg_plain).median;
 }
 
-// Speculation's speedup in this run (median of the per-repetition ratios) and the value the
-// acceptance rate a and the cost ratio c predict, (1 - a^(k+1)) / ((1 - a)(k c + 1)), with k the
-// mean guesses per verifying step (the engine adapts k; steps it skipped proposing count as plain
-// ones).
-std::pair<double, double> speculative_speedup(const BenchRun& run) {
+// Speculation's speedup in this run (median of the per-repetition ratios) and what the acceptance
+// rate a and the cost ratio c predict, (1 - a^(k+1)) / ((1 - a)(k c + 1)): at k = the mean guesses
+// per verifying step (the engine adapts k; the steps it proposed nothing in count in the measured
+// speedup only), and per decode step (SpeculativeStats::theoretical_speedup_per_step: every step
+// at its own k, a step without guesses at k = 0).
+struct SpeculativeSpeedup {
+  double measured = 0;
+  double theory_verifying = 0;  // the formula at the verifying steps' mean k
+  double theory_per_step = 0;   // the formula step by step, over every decode step
+};
+
+SpeculativeSpeedup speculative_speedup(const BenchRun& run) {
   std::vector<double> ratios;
   for (size_t i = 0; i < run.tg.size() && i < run.tg_plain.size(); ++i) {
     ratios.push_back(run.tg[i] / run.tg_plain[i]);
@@ -360,9 +367,9 @@ std::pair<double, double> speculative_speedup(const BenchRun& run) {
   const double k = run.spec.verify_steps > 0 ? static_cast<double>(run.spec.drafted) /
                                                    static_cast<double>(run.spec.verify_steps)
                                              : 0.0;
-  const double theory =
-      (1.0 - std::pow(a, k + 1)) / ((1.0 - a) * (k * speculative_cost_ratio(run) + 1.0));
-  return {summarize(ratios).median, theory};
+  const double c = speculative_cost_ratio(run);
+  return {summarize(ratios).median, (1.0 - std::pow(a, k + 1)) / ((1.0 - a) * (k * c + 1.0)),
+          run.spec.theoretical_speedup_per_step(c)};
 }
 
 double decode_weight_gbps(const BenchOptions& o, const BenchRun& run) {
@@ -415,6 +422,7 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
     j["kv_bytes_per_token"] = run.kv_bytes_per_token;
     j["kv_bytes_read_per_generated_token"] = kv_bytes_read_per_token(o, run);
     if (eo.speculative.enabled()) {
+      const SpeculativeSpeedup speedup = speculative_speedup(run);
       j["speculative"] = {{"proposer", eo.speculative.uses_draft() ? "draft" : "lookup"},
                           {"draft", eo.speculative.proposer_name()},
                           {"lookup_ngram", eo.speculative.lookup_ngram},
@@ -429,8 +437,11 @@ void print_json(const BenchOptions& o, const LoadedModel& model, const LLMEngine
                           {"propose_seconds", run.spec.propose_seconds},
                           {"verify_seconds", run.spec.verify_seconds},
                           {"tg_plain", series(o.gen_tokens, run.tg_plain)},
-                          {"speedup", speculative_speedup(run).first},
-                          {"theoretical_speedup", speculative_speedup(run).second}};
+                          {"steps_without_guesses", run.spec.steps_without_guesses()},
+                          {"steps_by_guesses", run.spec.steps_by_guesses},
+                          {"speedup", speedup.measured},
+                          {"theoretical_speedup", speedup.theory_verifying},
+                          {"theoretical_speedup_per_step", speedup.theory_per_step}};
     }
   }
   if (run.probe || run.device_probe) {
@@ -537,12 +548,20 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         eo.speculative.proposer_name().c_str(), eo.speculative.draft_max,
         (long long)run.spec.drafted, (long long)run.spec.accepted, 100 * run.spec.acceptance_rate(),
         run.spec.mean_accepted_length(), speculative_cost_ratio(run));
-    const auto [speedup, theory] = speculative_speedup(run);
+    const SpeculativeSpeedup speedup = speculative_speedup(run);
     std::printf(
-        "  plain decode of the same prompts %.1f tok/s; speedup %.2fx (median of %zu), "
-        "theoretical (1 - a^(k+1)) / ((1 - a)(kc + 1)) = %.2fx: %.0f%% of it\n",
-        summarize(run.tg_plain).median, speedup, run.tg_plain.size(), theory,
-        100 * speedup / theory);
+        "  plain decode of the same prompts %.1f tok/s; speedup %.2fx (median of %zu); "
+        "theoretical (1 - a^(k+1)) / ((1 - a)(kc + 1)) at the verifying steps' mean k %.2f: "
+        "%.2fx, %.0f%% of it; step by step over all %lld decode steps (%lld without a guess, "
+        "k = 0): %.2fx, %.0f%% of it\n",
+        summarize(run.tg_plain).median, speedup.measured, run.tg_plain.size(),
+        run.spec.verify_steps > 0
+            ? static_cast<double>(run.spec.drafted) / static_cast<double>(run.spec.verify_steps)
+            : 0.0,
+        speedup.theory_verifying, 100 * speedup.measured / speedup.theory_verifying,
+        (long long)(run.spec.verify_steps + run.spec.steps_without_guesses()),
+        (long long)run.spec.steps_without_guesses(), speedup.theory_per_step,
+        100 * speedup.measured / speedup.theory_per_step);
   }
   if (run.probe || run.device_probe) print_probe_line(run, decode_weight_gbps(o, run));
   if (!run.roofline.peaks.empty()) print_roofline(run.roofline);

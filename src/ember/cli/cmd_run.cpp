@@ -110,11 +110,14 @@ void print_stats(const LoadedModel& model, const LLMEngine& engine, const RunSta
   if (spec.verify_steps > 0 || spec.propose_seconds > 0) {
     std::fprintf(stderr,
                  "[ember] speculative (%s): %lld guesses, %lld kept (acceptance %.1f%%), "
-                 "%.2f tokens per verifying step, propose %.2f ms, verify steps %.1f ms\n",
+                 "%.2f tokens per verifying step (%lld steps; %lld steps without a guess), "
+                 "propose %.2f ms, verify steps %.1f ms\n",
                  engine.speculative_options().proposer_name().c_str(),
                  static_cast<long long>(spec.drafted), static_cast<long long>(spec.accepted),
                  100 * spec.acceptance_rate(), spec.mean_accepted_length(),
-                 spec.propose_seconds * 1e3, spec.verify_seconds * 1e3);
+                 static_cast<long long>(spec.verify_steps),
+                 static_cast<long long>(spec.steps_without_guesses()), spec.propose_seconds * 1e3,
+                 spec.verify_seconds * 1e3);
   }
 }
 

@@ -21,6 +21,7 @@ void LLMEngine::propose_drafts() {
         !s.prefilled() || s.pending_tokens() != 1 || s.n_draft != 0) {
       continue;
     }
+    s.spec_step = true;
     if (s.spec_wait > 0) {  // recent guesses all failed: decode plainly for a while
       --s.spec_wait;
       continue;
@@ -80,7 +81,10 @@ void LLMEngine::settle_drafts(std::vector<ScheduledChunk>& chunks) {
   for (ScheduledChunk& c : chunks) {
     Sequence& s = *c.seq;
     scheduled.insert(&s);
-    if (s.n_draft == 0) continue;
+    if (s.n_draft == 0) {
+      if (s.spec_step) spec_stats_.count_step(0);  // a plain step (verify_drafts counts the rest)
+      continue;
+    }
     const int64_t real_end = static_cast<int64_t>(s.tokens.size()) - s.n_draft;
     const int64_t chunk_end = s.n_cached + c.n_tokens;
     if (chunk_end >= real_end) {
@@ -94,8 +98,10 @@ void LLMEngine::settle_drafts(std::vector<ScheduledChunk>& chunks) {
       scheduler_.truncate(s.block_table, s.window_table, real_end);
     }
     if (!s.draft_q.empty()) s.draft_q.resize(static_cast<size_t>(s.n_draft));
+    if (s.n_draft == 0 && c.completes && s.spec_step) spec_stats_.count_step(0);  // all cut off
   }
   const auto strip = [&](Sequence& s) {
+    s.spec_step = false;
     if (s.n_draft == 0 || scheduled.count(&s) != 0) return;
     s.tokens.resize(s.tokens.size() - static_cast<size_t>(s.n_draft));
     s.n_draft = 0;
@@ -126,6 +132,7 @@ void LLMEngine::verify_drafts(Sequence& s, std::span<const float> rows) {
   }
   const auto kept = static_cast<int64_t>(chosen.size()) - 1;
   ++spec_stats_.verify_steps;
+  spec_stats_.count_step(k);
   spec_stats_.drafted += k;
   spec_stats_.accepted += kept;
   // Adapt: ask for one more guess than were kept (k + 1 after a full accept, up to --draft-max);

@@ -153,6 +153,10 @@ std::string ServingMetrics::render_prometheus() const {
     append_metric(out, "ember_spec_verify_steps_total", "counter",
                   "Sequence-steps that verified speculative guesses",
                   static_cast<double>(spec.verify_steps));
+    append_metric(out, "ember_spec_steps_without_guesses_total", "counter",
+                  "Decode sequence-steps of speculating requests that carried no guess (no "
+                  "match, backing off after misses, or no room)",
+                  static_cast<double>(spec.steps_without_guesses()));
     append_metric(out, "ember_spec_draft_tokens_total", "counter", "Speculative guesses fed",
                   static_cast<double>(spec.drafted));
     append_metric(out, "ember_spec_accepted_tokens_total", "counter", "Speculative guesses kept",

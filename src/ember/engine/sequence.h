@@ -43,6 +43,9 @@ struct Sequence {
   std::vector<std::vector<std::pair<float, int32_t>>> draft_q;
   int32_t spec_backoff = 0;
   int32_t spec_wait = 0;
+  // Set by propose_drafts for a decode step this sequence could have guessed in (whether or not it
+  // did), read and cleared by settle_drafts: the step counts in SpeculativeStats::steps_by_guesses.
+  bool spec_step = false;
   KvBlockTable block_table;
   // Its table in the pool of the sliding-window layers when the model keeps them apart (Gemma
   // 2/3, backend/kv_cache.h): blocks before the window are -1 (given back); empty otherwise.

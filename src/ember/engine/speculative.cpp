@@ -1,6 +1,7 @@
 #include "ember/engine/speculative.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ember/engine/sampling/sampler.h"
 
@@ -10,6 +11,23 @@ std::string SpeculativeOptions::proposer_name() const {
   if (!uses_draft()) return "prompt lookup";
   if (draft_layers <= 0) return draft_label;
   return draft_label + ", first " + std::to_string(draft_layers) + " layers";
+}
+
+void SpeculativeStats::count_step(int64_t guesses) {
+  const auto k = static_cast<size_t>(std::max<int64_t>(0, guesses));
+  if (steps_by_guesses.size() <= k) steps_by_guesses.resize(k + 1, 0);
+  ++steps_by_guesses[k];
+}
+
+double SpeculativeStats::theoretical_speedup_per_step(double c) const {
+  const double a = std::min(acceptance_rate(), 0.999999);
+  double tokens = 0, cost = 0;
+  for (size_t k = 0; k < steps_by_guesses.size(); ++k) {
+    const auto n = static_cast<double>(steps_by_guesses[k]);
+    tokens += n * (1.0 - std::pow(a, static_cast<double>(k) + 1.0)) / (1.0 - a);
+    cost += n * (static_cast<double>(k) * c + 1.0);
+  }
+  return cost > 0 ? tokens / cost : 0.0;
 }
 
 namespace {

@@ -46,9 +46,23 @@ struct SpeculativeStats {
   int64_t accepted = 0;      // guesses kept
   double propose_seconds = 0;
   double verify_seconds = 0;  // forward time of the steps that carried guesses
+  // Decode sequence-steps of speculating sequences by the guesses they carried: [k] = the steps
+  // with k guesses; [0] = the steps with none (no match for prompt lookup, backing off after a
+  // step whose guesses all failed, or no room left under max_tokens and the context).
+  std::vector<int64_t> steps_by_guesses;
+  void count_step(int64_t guesses);
+  int64_t steps_without_guesses() const {
+    return steps_by_guesses.empty() ? 0 : steps_by_guesses[0];
+  }
   double acceptance_rate() const {
     return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
   }
+  // The theoretical speedup (1 - a^(k+1)) / ((1 - a)(kc + 1)) (a: acceptance_rate(), c: the
+  // proposer's cost per guess over a plain step's) taken over the decode steps as they were:
+  // sum over steps of the tokens expected from their k guesses, (1 - a^(k+1)) / (1 - a), over the
+  // sum of their costs, k c + 1. With the same k at every step this is the formula itself; a step
+  // without guesses counts as the formula's k = 0 (one token for one plain step's cost).
+  double theoretical_speedup_per_step(double c) const;
   // Tokens each verifying sequence-step emitted: the kept guesses plus the sampled one.
   double mean_accepted_length() const {
     return verify_steps > 0

@@ -166,6 +166,47 @@ TEST_F(SpeculativeEngine, GreedyAndSeededSamplingAreExactOnStories260K) {
   }
 }
 
+// The formula (1 - a^(k+1)) / ((1 - a)(kc + 1)) step by step: the formula itself when every step
+// has the same k, and a step without guesses one token for one plain step's cost.
+TEST(SpeculativeStatsTheory, PerStepFormulaIsTheIssuesFormulaAtAConstantK) {
+  SpeculativeStats s;
+  for (int i = 0; i < 10; ++i) s.count_step(4);
+  s.drafted = 40;
+  s.accepted = 20;  // a = 0.5
+  const double at4 = (1 - std::pow(0.5, 5)) / 0.5;
+  EXPECT_NEAR(s.theoretical_speedup_per_step(0.0), at4, 1e-12);
+  EXPECT_NEAR(s.theoretical_speedup_per_step(0.1), at4 / 1.4, 1e-12);
+  for (int i = 0; i < 10; ++i) s.count_step(0);
+  EXPECT_EQ(s.steps_without_guesses(), 10);
+  EXPECT_NEAR(s.theoretical_speedup_per_step(0.1), (10 * at4 + 10) / (10 * 1.4 + 10), 1e-12);
+  EXPECT_EQ(SpeculativeStats{}.theoretical_speedup_per_step(0.0), 0.0);
+}
+
+// Every decode step of a speculating sequence is counted once, by the guesses it carried: one
+// token from each step without guesses, the kept guesses plus one from each verifying step, and
+// the first token from the prompt's step make up the output.
+TEST_F(SpeculativeEngine, StatsCountEveryDecodeStepByItsGuesses) {
+  auto path = test::fixture("models/stories260K/stories260K.gguf");
+  EMBER_REQUIRE_FIXTURE(path);
+  const LoadedModel m = load(path.string(), false);
+  SpeculativeStats stats;
+  const std::vector<Generated> out =
+      generate(m, {request(m, "The cat sat on the mat. The cat sat on the", 150, 0.0f, 1)},
+               SpeculativeOptions{3, 4}, &stats);
+  ASSERT_EQ(out[0].tokens.size(), 150u);
+  int64_t verifying = 0, guesses = 0;
+  for (size_t k = 1; k < stats.steps_by_guesses.size(); ++k) {
+    verifying += stats.steps_by_guesses[k];
+    guesses += static_cast<int64_t>(k) * stats.steps_by_guesses[k];
+  }
+  EXPECT_EQ(verifying, stats.verify_steps);
+  EXPECT_EQ(guesses, stats.drafted);
+  EXPECT_GT(stats.verify_steps, 0);
+  EXPECT_GT(stats.steps_without_guesses(), 0);  // its stories do not repeat all along
+  EXPECT_EQ(stats.steps_without_guesses() + stats.verify_steps + stats.accepted + 1, 150);
+  EXPECT_LE(stats.steps_by_guesses.size(), 5u);  // k <= --draft-max 4
+}
+
 // A q4_0 cache stores K per channel: a block is quantized when its sequence moves past it and
 // read exact until then. Verification writes guesses into the next block and rejection sends the
 // sequence back: the block it returns to must still read exact (its exact rows are kept for the
