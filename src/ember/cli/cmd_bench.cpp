@@ -354,7 +354,8 @@ double speculative_cost_ratio(const BenchRun& run) {
 // at its own k, a step without guesses at k = 0).
 struct SpeculativeSpeedup {
   double measured = 0;
-  double theory_verifying = 0;  // the formula at the verifying steps' mean k
+  double k_verifying = 0;       // the verifying steps' mean guesses
+  double theory_verifying = 0;  // the formula at k_verifying
   double theory_per_step = 0;   // the formula step by step, over every decode step
 };
 
@@ -368,7 +369,7 @@ SpeculativeSpeedup speculative_speedup(const BenchRun& run) {
                                                    static_cast<double>(run.spec.verify_steps)
                                              : 0.0;
   const double c = speculative_cost_ratio(run);
-  return {summarize(ratios).median, (1.0 - std::pow(a, k + 1)) / ((1.0 - a) * (k * c + 1.0)),
+  return {summarize(ratios).median, k, (1.0 - std::pow(a, k + 1)) / ((1.0 - a) * (k * c + 1.0)),
           run.spec.theoretical_speedup_per_step(c)};
 }
 
@@ -554,10 +555,7 @@ void print_text(const BenchOptions& o, const LoadedModel& model, const LLMEngine
         "theoretical (1 - a^(k+1)) / ((1 - a)(kc + 1)) at the verifying steps' mean k %.2f: "
         "%.2fx, %.0f%% of it; step by step over all %lld decode steps (%lld without a guess, "
         "k = 0): %.2fx, %.0f%% of it\n",
-        summarize(run.tg_plain).median, speedup.measured, run.tg_plain.size(),
-        run.spec.verify_steps > 0
-            ? static_cast<double>(run.spec.drafted) / static_cast<double>(run.spec.verify_steps)
-            : 0.0,
+        summarize(run.tg_plain).median, speedup.measured, run.tg_plain.size(), speedup.k_verifying,
         speedup.theory_verifying, 100 * speedup.measured / speedup.theory_verifying,
         (long long)(run.spec.verify_steps + run.spec.steps_without_guesses()),
         (long long)run.spec.steps_without_guesses(), speedup.theory_per_step,
