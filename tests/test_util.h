@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -53,6 +54,16 @@ std::filesystem::path scratch_dir(const std::string& name);
 std::vector<float> read_f32_file(const std::filesystem::path& path);
 // A file of comma-separated token ids (the zoos' *.ids).
 std::vector<int32_t> read_ids_file(const std::filesystem::path& path);
+// n floats drawn uniformly from [lo, hi) by a generator seeded with `seed`.
+inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
 // max over positions of max_i |a - b| / max_i |exact| for [positions, V] logits: how far two runs
 // are apart, relative to each position's largest exact logit (the zoos' tolerance).
 double worst_relative_logit_error(const std::vector<float>& a, const std::vector<float>& b,

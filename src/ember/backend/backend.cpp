@@ -42,6 +42,10 @@ void Backend::matmul(const float* x, int64_t rows, std::initializer_list<const W
          std::span<float* const>(ys.begin(), ys.size()));
 }
 
+void Backend::matmul_groups(std::span<const MatmulGroup> groups) {
+  for (const MatmulGroup& g : groups) matmul(g.x, g.rows, g.matrices(), g.outputs());
+}
+
 void Backend::check_token(int32_t token, const WeightMatrix& table) {
   if (token < 0 || token >= table.n_rows) {
     throw Error("token id " + std::to_string(token) + " is outside the vocabulary (size " +

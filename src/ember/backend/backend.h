@@ -154,6 +154,21 @@ class Activations {
   int64_t size_ = 0;
 };
 
+// One matmul of matmul_groups: x [rows, K] by up to kMaxMatrices matrices sharing that input,
+// into ys[i] [rows, ws[i]->n_rows].
+struct MatmulGroup {
+  static constexpr int kMaxMatrices = 3;
+  const float* x = nullptr;
+  int64_t rows = 0;
+  int n_matrices = 0;
+  const WeightMatrix* ws[kMaxMatrices] = {};
+  float* ys[kMaxMatrices] = {};
+  std::span<const WeightMatrix* const> matrices() const {
+    return {ws, static_cast<size_t>(n_matrices)};
+  }
+  std::span<float* const> outputs() const { return {ys, static_cast<size_t>(n_matrices)}; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -203,6 +218,12 @@ class Backend {
                       std::span<float* const> ys) = 0;
   void matmul(const float* x, int64_t rows, std::initializer_list<const WeightMatrix*> ws,
               std::initializer_list<float*> ys);
+  // Independent matmuls, each with its own input (a mixture layer's active experts, each on the
+  // tokens routed to it): the results of one matmul() per group, bit for bit. A backend may run
+  // them together (the cpu backend: one parallel region over every group's output rows, so the
+  // threads split across experts and rows and wake once per layer, not once per expert); the
+  // default calls matmul() group by group.
+  virtual void matmul_groups(std::span<const MatmulGroup> groups);
   // y[t] += bias for every row; y [rows, n].
   virtual void add_bias(float* y, const float* bias, int64_t rows, int64_t n) = 0;
   // Rotary embedding at each token's position (batch.positions), HF half-rotation layout (element

@@ -24,10 +24,14 @@ void DecoderModel::reserve(int64_t T) {
   backend_.reserve(gate_, T * ffn);
   backend_.reserve(up_, T * ffn);
   if (c.is_moe()) {
+    // An expert's tokens (at most T), or every active expert's (T * k) up to kGroupedExpertRows.
+    const int64_t expert_rows = std::max(T, std::min(T * c.n_experts_used, kGroupedExpertRows));
     backend_.reserve(router_, T * c.n_experts);
     backend_.reserve(shared_gate_, T);
-    backend_.reserve(expert_x_, T * c.d_model);
-    backend_.reserve(expert_out_, T * c.d_model);
+    backend_.reserve(expert_x_, expert_rows * c.d_model);
+    backend_.reserve(expert_out_, expert_rows * c.d_model);
+    backend_.reserve(gate_, expert_rows * c.d_expert_ffn);
+    backend_.reserve(up_, expert_rows * c.d_expert_ffn);
   }
 }
 
@@ -157,24 +161,20 @@ void DecoderModel::whole_qk_norm_across_ranks(const LayerWeights& lw, int64_t T)
 
 void DecoderModel::moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
   const ModelConfig& c = config_;
-  const int64_t D = c.d_model, E = c.n_experts, F = c.d_expert_ffn;
+  const int64_t D = c.d_model, E = c.n_experts;
   matmul("router", xn_.data(), T, {&lw.router}, {router_.data()});
   route_tokens(backend_.to_host(router_.data(), T * E, host_router_), T, E, c.n_experts_used,
                c.expert_weights_normalized, routes_);
   backend_.zero(tmp_.data(), T, D);
   expert_load_.resize(static_cast<size_t>(c.n_layers * E));
   for (int64_t e = 0; e < E; ++e) {
-    const std::vector<int32_t>& rows = routes_.rows[static_cast<size_t>(e)];
-    if (rows.empty()) continue;  // never read: a token costs only its experts' bytes
-    const auto n = static_cast<int64_t>(rows.size());
-    expert_load_[static_cast<size_t>(layer * E + e)] += n;
-    const auto i = static_cast<size_t>(e);
-    backend_.gather_rows(xn_.data(), D, rows, expert_x_.data());
-    matmul("experts", expert_x_.data(), n, {&lw.expert_gate[i], &lw.expert_up[i]},
-           {gate_.data(), up_.data()});
-    silu_mul(gate_.data(), up_.data(), n, F);
-    matmul("experts", gate_.data(), n, {&lw.expert_down[i]}, {expert_out_.data()});
-    backend_.scatter_add_rows(expert_out_.data(), D, rows, routes_.weights[i], tmp_.data());
+    expert_load_[static_cast<size_t>(layer * E + e)] +=
+        static_cast<int64_t>(routes_.rows[static_cast<size_t>(e)].size());
+  }
+  if (T * c.n_experts_used <= kGroupedExpertRows) {
+    routed_experts_together(lw, T);
+  } else {
+    routed_experts_one_by_one(lw);
   }
   if (lw.shared_expert_gate.data == nullptr) return;
   // Qwen2-MoE's shared expert, on every token, scaled by sigmoid(xn . shared_expert_gate).
@@ -191,6 +191,63 @@ void DecoderModel::moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T) {
     all_rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
   }
   backend_.scatter_add_rows(expert_out_.data(), D, all_rows, scales, tmp_.data());
+}
+
+// Prefill: each expert on its tokens (gathered into one block), its output added into their rows.
+void DecoderModel::routed_experts_one_by_one(const LayerWeights& lw) {
+  const int64_t D = config_.d_model, F = config_.d_expert_ffn;
+  for (size_t e = 0; e < routes_.rows.size(); ++e) {
+    const std::vector<int32_t>& rows = routes_.rows[e];
+    if (rows.empty()) continue;  // never read: a token costs only its experts' bytes
+    const auto n = static_cast<int64_t>(rows.size());
+    backend_.gather_rows(xn_.data(), D, rows, expert_x_.data());
+    matmul("experts", expert_x_.data(), n, {&lw.expert_gate[e], &lw.expert_up[e]},
+           {gate_.data(), up_.data()});
+    silu_mul(gate_.data(), up_.data(), n, F);
+    matmul("experts", gate_.data(), n, {&lw.expert_down[e]}, {expert_out_.data()});
+    backend_.scatter_add_rows(expert_out_.data(), D, rows, routes_.weights[e], tmp_.data());
+  }
+}
+
+// Decode (T * k rows at most kGroupedExpertRows): every active expert's gate/up in one
+// matmul_groups call, one silu_mul over all their rows, every down projection in a second call.
+// Expert e's rows sit at its offset in expert_x_, gate_/up_ and expert_out_ (in expert order, as
+// routed_experts_one_by_one adds them, so the same sums in the same order).
+void DecoderModel::routed_experts_together(const LayerWeights& lw, int64_t T) {
+  const int64_t D = config_.d_model, F = config_.d_expert_ffn;
+  gate_up_groups_.clear();
+  down_groups_.clear();
+  int64_t at = 0;
+  for (size_t e = 0; e < routes_.rows.size(); ++e) {
+    const std::vector<int32_t>& rows = routes_.rows[e];
+    if (rows.empty()) continue;
+    const auto n = static_cast<int64_t>(rows.size());
+    // One token: every expert reads it as it is (the groups share one input, prepared once).
+    const float* x = xn_.data();
+    if (T > 1) {
+      backend_.gather_rows(xn_.data(), D, rows, expert_x_.data() + at * D);
+      x = expert_x_.data() + at * D;
+    }
+    gate_up_groups_.push_back(MatmulGroup{x,
+                                          n,
+                                          2,
+                                          {&lw.expert_gate[e], &lw.expert_up[e]},
+                                          {gate_.data() + at * F, up_.data() + at * F}});
+    down_groups_.push_back(MatmulGroup{
+        gate_.data() + at * F, n, 1, {&lw.expert_down[e]}, {expert_out_.data() + at * D}});
+    at += n;
+  }
+  matmul_groups("experts", gate_up_groups_);
+  silu_mul(gate_.data(), up_.data(), at, F);
+  matmul_groups("experts", down_groups_);
+  at = 0;
+  for (size_t e = 0; e < routes_.rows.size(); ++e) {
+    const std::vector<int32_t>& rows = routes_.rows[e];
+    if (rows.empty()) continue;
+    backend_.scatter_add_rows(expert_out_.data() + at * D, D, rows, routes_.weights[e],
+                              tmp_.data());
+    at += static_cast<int64_t>(rows.size());
+  }
 }
 
 void DecoderModel::mlp(int64_t layer, const LayerWeights& lw, int64_t T) {

@@ -18,6 +18,11 @@
 namespace ember {
 
 class DecoderModel : public Model {
+ public:
+  // A step's routed experts run together (routed_experts_together) up to this many token-expert
+  // rows (T * k); past it, one by one (their buffers would grow with the prompt).
+  static constexpr int64_t kGroupedExpertRows = 1024;
+
  protected:
   explicit DecoderModel(const ModelWeights& weights);
 
@@ -34,6 +39,11 @@ class DecoderModel : public Model {
   // tmp = sum over each token's k experts of weight * expert(xn) (+ the gated shared expert):
   // the step's tokens grouped by expert, each active expert run once on its tokens.
   void moe_mlp(int64_t layer, const LayerWeights& lw, int64_t T);
+  // The routed experts' part of tmp: one matmul call per active expert and projection (prefill),
+  // or every active expert in one matmul_groups call per projection (up to kGroupedExpertRows
+  // token-expert rows: decode, batched decode, verification, short prompts).
+  void routed_experts_one_by_one(const LayerWeights& lw);
+  void routed_experts_together(const LayerWeights& lw, int64_t T);
   // OLMoE's whole-projection Q/K RMSNorms under --tp: this rank holds some heads of each token's
   // Q [T, q_dim] and K [T, kv_dim]; the sums of squares are all-reduced (2T floats) so that each
   // rank scales its part by the whole projection's RMS.
@@ -51,6 +61,8 @@ class DecoderModel : public Model {
     if (observer_ == nullptr) return backend_.matmul(x, T, ws, ys);
     observed_matmul(name, x, T, ws, ys);
   }
+  // backend_.matmul_groups; with an observer, timed as one `name` op with every group's work.
+  void matmul_groups(const char* name, std::span<const MatmulGroup> groups);
   void observed_matmul(const char* name, const float* x, int64_t T,
                        std::initializer_list<const WeightMatrix*> ws,
                        std::initializer_list<float*> ys);
@@ -105,9 +117,11 @@ class DecoderModel : public Model {
   Activations hidden_;
   std::vector<float> host_hidden_;
   std::span<const float> hidden_states_;
-  // Mixture of experts: router logits [T, n_experts], the shared expert's gate logits [T], one
-  // expert's tokens gathered [n, d_model] and its output [n, d_model]; host copies and routes.
+  // Mixture of experts: router logits [T, n_experts], the shared expert's gate logits [T], the
+  // experts' tokens gathered [n, d_model] and their outputs [n, d_model] (one expert's, or every
+  // active expert's one after another); host copies and routes; the grouped calls' groups.
   Activations router_, shared_gate_, expert_x_, expert_out_;
+  std::vector<MatmulGroup> gate_up_groups_, down_groups_;
   std::vector<float> host_router_, host_shared_gate_;
   ExpertRoutes routes_;
   // whole_qk_norm_across_ranks: host copies of Q and K and of their norm weights, the per-token

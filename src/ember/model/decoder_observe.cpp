@@ -40,6 +40,21 @@ void DecoderModel::observed_matmul(const char* name, const float* x, int64_t T,
   timed([&] { backend_.matmul(x, T, ws, ys); }, [&] { return record; });
 }
 
+void DecoderModel::matmul_groups(const char* name, std::span<const MatmulGroup> groups) {
+  if (observer_ == nullptr) return backend_.matmul_groups(groups);
+  OpRecord record{OpGroup::Matmul, name};
+  for (const MatmulGroup& g : groups) {
+    record.bytes += static_cast<double>(g.rows * g.ws[0]->n_cols) * 4;
+    for (const WeightMatrix* w : g.matrices()) {
+      record.flops +=
+          2.0 * static_cast<double>(w->n_rows * w->n_cols) * static_cast<double>(g.rows);
+      record.bytes += static_cast<double>(w->n_rows * dtype_row_bytes(w->dtype, w->n_cols)) +
+                      static_cast<double>(g.rows * w->n_rows) * 4;
+    }
+  }
+  timed([&] { backend_.matmul_groups(groups); }, [&] { return record; });
+}
+
 void DecoderModel::silu_mul(float* gate, const float* up, int64_t rows, int64_t n) {
   timed([&] { backend_.silu_mul(gate, up, gate, rows, n); },
         [&] {

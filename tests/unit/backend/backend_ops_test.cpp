@@ -26,13 +26,7 @@
 namespace ember {
 namespace {
 
-std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using test::random_floats;
 
 // max |a - b| / max |b|, the measure every comparison here uses.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {

@@ -37,6 +37,7 @@ class CpuBackend : public Backend {
   void matmul(const float* x, int64_t rows, std::span<const WeightMatrix* const> ws,
               std::span<float* const> ys) override;
   using Backend::matmul;
+  void matmul_groups(std::span<const MatmulGroup> groups) override;
   void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override;
   void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, const float* inv_freq,
             const Batch& batch) override;
@@ -101,6 +102,9 @@ class CpuBackend : public Backend {
 
   void matmul_untimed(const float* x, int64_t rows, std::span<const WeightMatrix* const> ws,
                       std::span<float* const> ys);
+  // matmul_groups in one parallel region, where every group would split output rows on its own
+  // with 8-bit activations; false (nothing done) otherwise.
+  bool matmul_groups_one_region(std::span<const MatmulGroup> groups);
   void attention_untimed(const KvStorage& kv, int64_t layer, const float* q, int64_t n_heads,
                          const AttentionScores& scores, const Batch& batch, float* out);
   // attention_untimed's split of single tokens' long contexts into segments over the threads
@@ -126,8 +130,19 @@ class CpuBackend : public Backend {
   std::vector<float> attention_partials_, attention_total_;
   std::vector<float> q_rotated_;    // queries times H for a cache of rotated K (--kv-rotate)
   AlignedVector<BlockQ8Act> x_q8_;  // q8_0/q4_0 matmul input (see uses_8bit_activations)
-  AlignedVector<float> x_bf16_;     // bf16 matmul input in the kernels' layout
-  AlignedVector<float> x_float_;    // f32/f16 (and q8_0/q4_0 GEMM) input in the kernels' layout
+  // matmul_groups_one_region: every group's quantized input, and each (group, matrix) piece of
+  // the concatenated output rows.
+  AlignedVector<BlockQ8Act> groups_q8_;
+  struct GroupPiece {
+    const BlockQ8Act* xq;
+    int64_t rows;
+    const WeightMatrix* w;
+    float* y;
+    int64_t first_row;  // of the concatenation
+  };
+  std::vector<GroupPiece> group_pieces_;
+  AlignedVector<float> x_bf16_;   // bf16 matmul input in the kernels' layout
+  AlignedVector<float> x_float_;  // f32/f16 (and q8_0/q4_0 GEMM) input in the kernels' layout
 };
 
 }  // namespace ember::cpu

@@ -115,6 +115,81 @@ void CpuBackend::matmul_untimed(const float* x, int64_t T, std::span<const Weigh
   }
 }
 
+void CpuBackend::matmul_groups(std::span<const MatmulGroup> groups) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!matmul_groups_one_region(groups)) {
+    for (const MatmulGroup& g : groups) matmul_untimed(g.x, g.rows, g.matrices(), g.outputs());
+  }
+  if (!time_ops_) return;
+  op_times_.matmul_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const MatmulGroup& g : groups) {
+    for (const WeightMatrix* w : g.matrices()) {
+      op_times_.matmul_flops += 2.0 * static_cast<double>(g.rows * w->n_rows * w->n_cols);
+    }
+  }
+}
+
+// A mixture layer's experts at decode: each group (an expert, a few tokens) would split its
+// output rows over the threads, one parallel region per expert and projection. Here every
+// group's input is quantized first (once for groups sharing one input, as every expert does at
+// batch 1), then one region splits the concatenated output rows of all groups: a thread streams
+// whole experts' rows one after another and the threads meet once per call. The same kernels on
+// the same rows and tokens as matmul(), so the same bits.
+bool CpuBackend::matmul_groups_one_region(std::span<const MatmulGroup> groups) {
+  if (threads_.size() < 2 || groups.size() < 2) return false;
+  for (const MatmulGroup& g : groups) {
+    if (g.rows <= 0 || g.n_matrices <= 0 || g.rows >= kTokenSplitMin) return false;
+    for (const WeightMatrix* w : g.matrices()) {
+      if (matmul_input(*w, g.rows) != MatmulInput::Q8 || matmul_runs_on_tiles(*w, g.rows) ||
+          w->layout == WeightLayout::AmxTiles || w->n_cols != g.matrices()[0]->n_cols) {
+        return false;
+      }
+    }
+  }
+  // Each group's quantized input; a group whose input is the previous group's reuses it.
+  int64_t blocks = 0;
+  for (const MatmulGroup& g : groups) blocks += g.rows * (g.ws[0]->n_cols / kQuantBlock);
+  if (static_cast<int64_t>(groups_q8_.size()) < blocks)
+    groups_q8_.resize(static_cast<size_t>(blocks));
+  group_pieces_.clear();
+  int64_t at = 0, rows = 0, macs = 0;
+  const MatmulGroup* previous = nullptr;
+  const BlockQ8Act* previous_q8 = nullptr;
+  for (const MatmulGroup& g : groups) {
+    const int64_t K = g.ws[0]->n_cols;
+    const BlockQ8Act* xq = previous_q8;
+    if (previous == nullptr || g.x != previous->x || g.rows != previous->rows ||
+        K != previous->ws[0]->n_cols) {
+      quantize_activations(g.x, g.rows, K, groups_q8_.data() + at);
+      xq = groups_q8_.data() + at;
+      at += g.rows * (K / kQuantBlock);
+    }
+    for (int i = 0; i < g.n_matrices; ++i) {
+      group_pieces_.push_back(GroupPiece{xq, g.rows, g.ws[i], g.ys[i], rows});
+      rows += g.ws[i]->n_rows;
+      macs += g.rows * g.ws[i]->n_rows * K;
+    }
+    previous = &g;
+    previous_q8 = xq;
+  }
+  parallel_for_work(
+      macs, rows,
+      [&](int64_t begin, int64_t end, int) {
+        // The first piece ending after `begin`, then on while pieces start before `end`.
+        auto piece = std::upper_bound(
+            group_pieces_.begin(), group_pieces_.end(), begin,
+            [](int64_t row, const GroupPiece& p) { return row < p.first_row + p.w->n_rows; });
+        for (; piece != group_pieces_.end() && piece->first_row < end; ++piece) {
+          const int64_t b = std::max(begin, piece->first_row) - piece->first_row;
+          const int64_t e = std::min(end, piece->first_row + piece->w->n_rows) - piece->first_row;
+          matmul_q8(piece->xq, piece->rows, *piece->w, piece->y, piece->w->n_rows, b, e);
+        }
+      },
+      kRowGrain);
+  return true;
+}
+
 // Prefill: each thread takes whole 16-token groups through every matrix (the last chunk also takes
 // the partial group, so every call has >= 16 tokens and the same bits as one call).
 void CpuBackend::matmul_token_groups(int64_t T, std::span<const WeightMatrix* const> ws,

@@ -13,6 +13,7 @@
 #include "ember/backend/cpu/weight_layout.h"
 #include "ember/core/dtype.h"
 #include "ember/core/quantize.h"
+#include "test_util.h"
 
 // Skips the test (ctest shows it as skipped) on a machine without usable AMX, naming what is
 // missing.
@@ -24,15 +25,6 @@
   } while (0)
 
 namespace ember::test {
-
-inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f,
-                                        float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = dist(rng);
-  return v;
-}
 
 // Owns the bytes of a [n_rows, n_cols] matrix stored as `dtype` (converted from f32 row by row).
 struct OwnedWeights {
